@@ -1,0 +1,207 @@
+"""Command line: argument parsing, logging, exit codes. The only place that knows "yesterday".
+
+    logmetrics run      --config FILE [--date YYYY-MM-DD]        one day (default: yesterday, UTC)
+    logmetrics backfill --config FILE --start D1 --end D2        an inclusive range, in chunks
+    logmetrics generate --out DIR --start D --days N --queries-per-day Q --seed S
+    logmetrics demo                                              generate, backfill, print
+
+Exit status: 0 success, 1 bad input or a failed run, 2 bad config or command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import re
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from logmetrics.config import Config, load_config
+from logmetrics.errors import ConfigError, LogmetricsError
+
+log = logging.getLogger("logmetrics")
+
+DEMO_CONFIG = "conf/local.yaml"
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point; returns the exit status."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+        _setup_logging(args.log_level)
+        return int(args.handler(args))
+    except LogmetricsError as exc:
+        print(f"logmetrics: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("logmetrics: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an unexpected failure: one line here, the details in the log
+        from pyspark.errors import PySparkException
+
+        if isinstance(exc, PySparkException):
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            print(f"logmetrics: error: Spark failed: {first}", file=sys.stderr)
+            log.debug("Spark failure", exc_info=True)
+            return 1
+        raise
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(prog="logmetrics", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
+
+    run = commands.add_parser("run", help="compute one day (the nightly job)")
+    _config_arguments(run)
+    run.add_argument("--date", type=_date, help="UTC date to compute (default: yesterday, UTC)")
+    run.set_defaults(handler=_cmd_run)
+
+    backfill = commands.add_parser("backfill", help="compute an inclusive range of days")
+    _config_arguments(backfill)
+    backfill.add_argument("--start", type=_date, required=True, help="first date, YYYY-MM-DD")
+    backfill.add_argument("--end", type=_date, required=True, help="last date, YYYY-MM-DD")
+    backfill.set_defaults(handler=_cmd_backfill)
+
+    generate = commands.add_parser("generate", help="write synthetic served logs and clusters")
+    generate.add_argument("--out", required=True, help="output directory")
+    generate.add_argument("--start", type=_date, required=True, help="first date, YYYY-MM-DD")
+    generate.add_argument("--days", type=_positive_int, default=30)
+    generate.add_argument("--queries-per-day", type=_positive_int, default=2000)
+    generate.add_argument("--seed", type=int, default=7)
+    generate.add_argument("--list-length", type=_positive_int, default=10)
+    generate.add_argument(
+        "--clean", action="store_true", help="no awkward rows (duplicates, nulls, ...)"
+    )
+    generate.add_argument("--clusters-format", choices=["delta", "parquet"], default="delta")
+    generate.set_defaults(handler=_cmd_generate)
+
+    demo = commands.add_parser("demo", help="generate a month of traffic, backfill it, print it")
+    demo.add_argument("--config", action="append", default=None, help=f"default {DEMO_CONFIG}")
+    demo.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    demo.add_argument("--days", type=_positive_int, default=30)
+    demo.add_argument("--queries-per-day", type=_positive_int, default=2000)
+    demo.set_defaults(handler=_cmd_demo)
+    return parser
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a usage error is a ConfigError (one line, exit 2) like every other."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def _config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="YAML config; repeat to layer files (later ones win)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one config key (value in YAML syntax); repeatable",
+    )
+
+
+def _date(text: str) -> dt.date:
+    if not _DATE.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)")
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a valid date") from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S",
+        stream=sys.stderr,
+    )
+    for noisy in ("py4j", "great_expectations"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+# --- commands -----------------------------------------------------------------------------
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    day = args.date or (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1))
+    config = load_config(args.config, args.set)
+    return _compute(config, day, day)
+
+
+def _cmd_backfill(args: argparse.Namespace) -> int:
+    if args.start > args.end:
+        raise ConfigError(f"--start {args.start} is after --end {args.end}")
+    config = load_config(args.config, args.set)
+    return _compute(config, args.start, args.end)
+
+
+def _compute(config: Config, start: dt.date, end: dt.date) -> int:
+    from logmetrics.pipeline import run_range
+    from logmetrics.session import get_spark
+
+    run_id = uuid.uuid4().hex[:12]
+    computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    spark = get_spark(config.spark)
+    summary = run_range(spark, config, start, end, run_id, computed_at)
+    log.info(
+        "run %s done: %d day(s), %d queries, cluster table version %s",
+        run_id,
+        len(summary.days),
+        summary.queries,
+        summary.cluster_table_version,
+    )
+    return 0
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from logmetrics.demo import generate_dataset
+
+    generate_dataset(
+        out=Path(args.out),
+        start=args.start,
+        days=args.days,
+        queries_per_day=args.queries_per_day,
+        seed=args.seed,
+        list_length=args.list_length,
+        dirty=not args.clean,
+        clusters_format=args.clusters_format,
+    )
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from logmetrics.demo import run_demo
+
+    config = load_config(args.config or [DEMO_CONFIG], args.set)
+    return run_demo(config, days=args.days, queries_per_day=args.queries_per_day)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Typed, frozen configuration: layered YAML files plus `--set section.key=value` overrides.
+
+Every key, its type and its default is declared here, once; unknown keys are rejected.
+The whole config is validated before Spark starts, and every problem is one line that names
+the key (`ConfigError`, exit status 2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
+
+from logmetrics.errors import ConfigError
+
+_COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServedLogsInput(_Section):
+    """The served top-k logs: one row per served request."""
+
+    path: str = Field(description="Directory (or table path) of the served logs.")
+    format: Literal["parquet", "delta", "json"] = Field(
+        default="parquet", description="parquet (any layout), delta, or json (JSON lines)."
+    )
+    date_partition: str = Field(
+        default="auto",
+        description=(
+            "Hive-style date partition column used to prune directories: 'auto' detects a "
+            "top-level `<column>=YYYY-MM-DD` layout on local paths, 'none' disables pruning, "
+            "any other value names the column. The exact `served_at` filter is applied anyway."
+        ),
+    )
+
+    @field_validator("date_partition")
+    @classmethod
+    def _column_name(cls, value: str) -> str:
+        if not _COLUMN_NAME.match(value):
+            raise ValueError(f"must be 'auto', 'none' or a column name, got {value!r}")
+        return value
+
+
+class ClustersInput(_Section):
+    """The cluster-id table from the near-duplicate detector."""
+
+    path: str = Field(description="Path of the cluster table.")
+    format: Literal["delta", "parquet"] = Field(default="delta", description="delta or parquet.")
+    version: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Pin a Delta version of the cluster table; null reads the latest one.",
+    )
+
+
+class InputsConfig(_Section):
+    served_logs: ServedLogsInput
+    clusters: ClustersInput
+
+
+class OutputConfig(_Section):
+    warehouse: str = Field(description="Directory under which the Delta output tables live.")
+
+
+class MetricsConfig(_Section):
+    ks: tuple[StrictInt, ...] = Field(
+        default=(5, 10, 20), description="The k of every unique-clusters@k to compute."
+    )
+    threshold: StrictInt = Field(
+        default=4,
+        ge=0,
+        description="share_at_or_below_threshold counts queries with unique_clusters@k <= this.",
+    )
+
+    @field_validator("ks")
+    @classmethod
+    def _positive_unique(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value:
+            raise ValueError("must list at least one k")
+        if any(k < 1 for k in value):
+            raise ValueError(f"every k must be a positive integer, got {list(value)}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"must not repeat a k, got {list(value)}")
+        return tuple(sorted(value))
+
+
+class BackfillConfig(_Section):
+    days_per_chunk: StrictInt = Field(
+        default=7, ge=1, le=366, description="Days computed and committed together in a backfill."
+    )
+
+
+class SparkConfig(_Section):
+    master: str = Field(
+        default="local[*]",
+        description="Master URL when logmetrics starts Spark itself (ignored on a cluster).",
+    )
+    driver_memory: str = Field(
+        default="4g", description="spark.driver.memory when logmetrics starts Spark itself."
+    )
+    log_dir: str | None = Field(
+        default="logs",
+        description="Where the local Spark JVM's own output goes (null: to the terminal).",
+    )
+    conf: dict[str, str] = Field(
+        default_factory=dict, description="Extra Spark settings, applied as given."
+    )
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _stringify(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {str(k): _spark_value(v) for k, v in value.items()}
+        return value
+
+
+def _spark_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class Config(_Section):
+    """The whole job configuration."""
+
+    inputs: InputsConfig
+    output: OutputConfig
+    metrics: MetricsConfig = MetricsConfig()
+    backfill: BackfillConfig = BackfillConfig()
+    spark: SparkConfig = SparkConfig()
+
+    def fingerprint(self) -> str:
+        """A short stable hash of everything that can change a computed number."""
+        relevant = self.model_dump(include={"inputs", "metrics"}, mode="json")
+        blob = json.dumps(relevant, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def load_config(paths: Sequence[str | Path], overrides: Iterable[str] = ()) -> Config:
+    """Deep-merge the YAML files in order, apply `section.key=value` overrides, validate."""
+    merged: dict[str, Any] = {}
+    for path in paths:
+        merged = _deep_merge(merged, _read_yaml(Path(path)))
+    for override in overrides:
+        merged = _deep_merge(merged, _parse_override(override))
+    try:
+        return Config.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_first_error(exc)) from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections")
+    return data
+
+
+def _parse_override(text: str) -> dict[str, Any]:
+    key, sep, raw = text.partition("=")
+    parts = key.strip().split(".")
+    if not sep or len(parts) < 2 or not all(_COLUMN_NAME.match(p) for p in parts):
+        raise ConfigError(f"--set expects section.key=value, got {text!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML") from None
+    nested: dict[str, Any] = {parts[-1]: value}
+    for part in reversed(parts[:-1]):
+        nested = {part: nested}
+    return nested
+
+
+def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "config"
+    if error["type"] == "extra_forbidden":
+        return f"{where}: unknown key"
+    if error["type"] == "missing":
+        return f"{where}: required key is missing"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: {message} (got {error.get('input')!r})"

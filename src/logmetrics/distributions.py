@@ -1,0 +1,94 @@
+"""Daily distributions: histograms of unique_clusters@k, and exact quantiles derived from them.
+
+unique_clusters@k is an integer in 0..k, so a day's distribution is exactly its histogram, and
+every quantile can be read off the histogram's cumulative counts: no sort, no approximation.
+Quantiles follow numpy.percentile's default ('linear') method to the last bit.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+QUANTILES = {"p10": 0.10, "p25": 0.25, "median": 0.50, "p75": 0.75, "p90": 0.90}
+
+
+def daily_distributions(
+    by_query_df: DataFrame, calendar_df: DataFrame, max_k: int, threshold: int
+) -> DataFrame:
+    """One row per (metric_date, k) of `calendar_df`, days without queries included.
+
+    `by_query_df` has the `unique_clusters_by_query` grain (metric_date, request_id, k);
+    `calendar_df` lists every (metric_date, k) the run covers.
+    """
+    counts = by_query_df.groupBy("metric_date", "k").agg(
+        F.count(F.lit(1)).alias("queries"),
+        F.count(F.when(F.col("results") == 0, True)).alias("empty_queries"),
+        F.sum("results").alias("results"),
+        F.sum("missing_cluster_results").alias("missing_cluster_results"),
+        F.array(
+            *[F.count(F.when(F.col("unique_clusters") == i, True)) for i in range(max_k + 1)]
+        ).alias("counts_by_value"),
+    )
+    zeros = F.array_repeat(F.lit(0).cast("long"), max_k + 1)
+    return (
+        calendar_df.join(counts, on=["metric_date", "k"], how="left")
+        .select(
+            "metric_date",
+            "k",
+            *[F.coalesce(F.col(c), F.lit(0).cast("long")).alias(c) for c in _COUNT_COLUMNS],
+            F.slice(F.coalesce("counts_by_value", zeros), 1, F.col("k") + 1).alias("histogram"),
+        )
+        .transform(with_histogram_statistics, threshold)
+    )
+
+
+_COUNT_COLUMNS = ("queries", "empty_queries", "results", "missing_cluster_results")
+
+
+def with_histogram_statistics(daily_df: DataFrame, threshold: int) -> DataFrame:
+    """Add quantiles, mean, the share at or below `threshold` and the missing-cluster rate."""
+    hist = F.col("histogram")
+    queries = F.col("queries")
+    return daily_df.select(
+        "*",
+        *[histogram_quantile(hist, p).alias(name) for name, p in QUANTILES.items()],
+        F.when(queries > 0, _total(F.transform(hist, lambda n, i: n * i)) / queries).alias(
+            "mean"
+        ),
+        F.lit(threshold).alias("threshold"),
+        F.when(queries > 0, _total(F.slice(hist, 1, threshold + 1)) / queries).alias(
+            "share_at_or_below_threshold"
+        ),
+        F.when(
+            F.col("results") > 0, F.col("missing_cluster_results") / F.col("results")
+        ).alias("missing_cluster_rate"),
+    )
+
+
+def histogram_quantile(hist: Column, p: float) -> Column:
+    """The p-quantile of the values a histogram counts, as numpy.percentile(values, 100 * p).
+
+    With n values sorted, the quantile sits at index p * (n - 1); the value at sorted index i is
+    the number of histogram bins whose cumulative count is <= i.
+    """
+    n = _total(hist)
+    cumulative = F.transform(hist, lambda _, i: _total(F.slice(hist, 1, i + 1)))
+
+    def value_at(index: Column) -> Column:
+        return F.size(F.filter(cumulative, lambda c: c <= index)).cast("double")
+
+    position = F.lit(p) * (n - 1)
+    below = F.floor(position)
+    above = F.least(below + 1, n - 1)
+    return F.when(n > 0, _lerp(value_at(below), value_at(above), position - below))
+
+
+def _lerp(a: Column, b: Column, t: Column) -> Column:
+    """numpy's _lerp: a + (b-a)*t, computed from the upper end when t >= 0.5 (bit-for-bit)."""
+    diff = b - a
+    return F.when(t >= 0.5, b - diff * (1 - t)).otherwise(a + diff * t)
+
+
+def _total(values: Column) -> Column:
+    return F.aggregate(values, F.lit(0).cast("long"), lambda acc, x: acc + x)

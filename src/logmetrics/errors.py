@@ -1,0 +1,25 @@
+"""Errors a user can cause. The CLI prints them as one line and exits non-zero; nothing else does."""
+
+from __future__ import annotations
+
+
+class LogmetricsError(Exception):
+    """A condition we expect and can explain in one line (bad input, missing path, ...)."""
+
+    exit_code = 1
+
+
+class ConfigError(LogmetricsError):
+    """The configuration or the command line is invalid; raised before Spark starts."""
+
+    exit_code = 2
+
+
+class InputError(LogmetricsError):
+    """An input (served logs, cluster table) is missing, unreadable or off-contract."""
+
+
+class QualityGateFailed(LogmetricsError):
+    """At least one day failed a blocking data-quality check and was not published."""
+
+    exit_code = 3

@@ -1,0 +1,130 @@
+"""Input contracts and output schemas, as StructTypes, with the column docs.
+
+The comments on the output fields become the Delta tables' column comments, and docs/tables.md
+says the same in prose.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    DateType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+
+def _field(name: str, data_type: DataType, comment: str, nullable: bool = True) -> StructField:
+    return StructField(name, data_type, nullable, metadata={"comment": comment})
+
+
+# --- Inputs -------------------------------------------------------------------------------
+
+RESULT_ENTRY = StructType(
+    [
+        StructField("rank", IntegerType()),
+        StructField("chunk_id", StringType()),
+    ]
+)
+
+SERVED_LOGS = StructType(
+    [
+        StructField("request_id", StringType()),
+        StructField("served_at", TimestampType()),
+        StructField("results", ArrayType(RESULT_ENTRY)),
+    ]
+)
+"""The served-logs contract. Other columns are carried along and ignored."""
+
+CLUSTERS = StructType(
+    [
+        StructField("chunk_id", StringType()),
+        StructField("cluster_id", StringType()),
+    ]
+)
+"""The cluster-table contract: one cluster id (nullable) per chunk."""
+
+# --- Outputs ------------------------------------------------------------------------------
+
+_RUN_FIELDS = [
+    _field(
+        "cluster_table_version",
+        LongType(),
+        "Delta version of the cluster table the number was computed from (null for Parquet).",
+    ),
+    _field("run_id", StringType(), "Id of the logmetrics run that wrote the row.", False),
+    _field("computed_at", TimestampType(), "When that run started (UTC).", False),
+]
+
+BY_QUERY = StructType(
+    [
+        _field("metric_date", DateType(), "UTC date of served_at.", False),
+        _field("request_id", StringType(), "The served request (one row per request and k).", False),
+        _field("served_at", TimestampType(), "When the request was served (UTC).", False),
+        _field("k", IntegerType(), "Window size: the first k valid entries by rank.", False),
+        _field(
+            "unique_clusters",
+            IntegerType(),
+            "Distinct cluster keys in the top-k (a chunk without a cluster id is its own).",
+            False,
+        ),
+        _field("results", IntegerType(), "Valid entries in the served list (all of it).", False),
+        _field(
+            "missing_cluster_results",
+            IntegerType(),
+            "Valid entries whose chunk_id is absent from the cluster table.",
+            False,
+        ),
+        *_RUN_FIELDS,
+    ]
+)
+
+DAILY = StructType(
+    [
+        _field("metric_date", DateType(), "UTC date of served_at.", False),
+        _field("k", IntegerType(), "Window size.", False),
+        _field("queries", LongType(), "Served requests that day (redeliveries counted once).", False),
+        _field("empty_queries", LongType(), "Queries with no valid entry (unique_clusters 0).", False),
+        _field(
+            "histogram",
+            ArrayType(LongType(), containsNull=False),
+            "Index i = queries with exactly i distinct clusters; length k+1. Adds across days.",
+            False,
+        ),
+        _field("median", DoubleType(), "Median unique_clusters (linear interpolation)."),
+        _field("p10", DoubleType(), "10th percentile of unique_clusters (linear)."),
+        _field("p25", DoubleType(), "25th percentile of unique_clusters (linear)."),
+        _field("p75", DoubleType(), "75th percentile of unique_clusters (linear)."),
+        _field("p90", DoubleType(), "90th percentile of unique_clusters (linear)."),
+        _field("mean", DoubleType(), "Mean unique_clusters."),
+        _field("threshold", IntegerType(), "The metrics.threshold the share is taken at.", False),
+        _field(
+            "share_at_or_below_threshold",
+            DoubleType(),
+            "Share of queries with unique_clusters <= threshold.",
+        ),
+        _field("results", LongType(), "Valid served entries that day.", False),
+        _field(
+            "missing_cluster_results",
+            LongType(),
+            "Valid entries whose chunk_id is absent from the cluster table.",
+            False,
+        ),
+        _field(
+            "missing_cluster_rate",
+            DoubleType(),
+            "missing_cluster_results / results (null when there are no results).",
+        ),
+        *_RUN_FIELDS,
+    ]
+)
+
+
+def column_names(schema: StructType) -> list[str]:
+    return [field.name for field in schema.fields]

@@ -1,0 +1,228 @@
+"""Readers: the served logs (parquet / delta / json) and the cluster table (delta, version pinned).
+
+Each reader checks its input against the contract in `schemas.py`, converts types that convert
+losslessly, and turns the conditions a user can cause (missing path, missing column, a type
+that cannot be read as the contract says) into one-line `InputError`s.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from dataclasses import dataclass
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    DateType,
+    IntegralType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from logmetrics.config import ClustersInput, ServedLogsInput
+from logmetrics.errors import InputError
+from logmetrics.schemas import SERVED_LOGS
+
+_PARTITION_DIR = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\d{4}-\d{2}-\d{2})$")
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """The cluster table as read, and the Delta version it was read at (None for Parquet)."""
+
+    df: DataFrame
+    version: int | None
+
+
+def utc_window(start: dt.date, end: dt.date) -> tuple[dt.datetime, dt.datetime]:
+    """[start 00:00 UTC, end+1 00:00 UTC): the served_at range of the dates start..end."""
+    lo = dt.datetime.combine(start, dt.time(), tzinfo=dt.UTC)
+    hi = dt.datetime.combine(end + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
+    return lo, hi
+
+
+def read_served_logs(
+    spark: SparkSession, source: ServedLogsInput, start: dt.date, end: dt.date
+) -> DataFrame:
+    """The served-log rows whose served_at falls on start..end (UTC), conformed to the contract.
+
+    Date partitions are pruned (with a day of margin either side, since a partition's date need
+    not be the UTC date), and the exact served_at filter is pushed down to the files.
+    """
+    what = f"served logs at {source.path}"
+    _require_local_path(source.path, what)
+    try:
+        if source.format == "json":
+            raw = spark.read.schema(SERVED_LOGS).json(source.path)
+        else:
+            raw = spark.read.format(source.format).load(source.path)
+        columns = set(raw.columns)
+    except AnalysisException as exc:
+        raise InputError(f"cannot read {what}: {_first_line(exc)}") from None
+
+    partition = _date_partition_column(source)
+    if partition is not None and partition not in columns:
+        raise InputError(f"{what}: date partition column {partition!r} not found")
+    if partition is not None:
+        raw = raw.where(_partition_filter(raw, partition, start, end, what))
+
+    lo, hi = utc_window(start, end)
+    conformed = conform_served_logs(raw, what)
+    return conformed.where((F.col("served_at") >= F.lit(lo)) & (F.col("served_at") < F.lit(hi)))
+
+
+def conform_served_logs(df: DataFrame, what: str) -> DataFrame:
+    """Check the contract's columns and convert lossless variants (int64 rank, NTZ timestamps)."""
+    fields = {field.name: field.dataType for field in df.schema.fields}
+    for name in ("request_id", "served_at", "results"):
+        if name not in fields:
+            found = ", ".join(sorted(fields)) or "none"
+            raise InputError(f"{what}: required column {name!r} is missing (found: {found})")
+    return df.withColumns(
+        {
+            "request_id": _as_string(fields["request_id"], "request_id", what),
+            "served_at": _as_timestamp(fields["served_at"], what),
+            "results": _as_results(fields["results"], what),
+        }
+    )
+
+
+def read_clusters(spark: SparkSession, source: ClustersInput) -> ClusterSnapshot:
+    """The cluster table, at the pinned Delta version or at the latest one (recorded)."""
+    what = f"cluster table at {source.path}"
+    _require_local_path(source.path, what)
+    try:
+        if source.format == "delta":
+            version = source.version
+            if version is None:
+                version = _latest_delta_version(spark, source.path)
+            df = spark.read.format("delta").option("versionAsOf", version).load(source.path)
+        else:
+            version = None
+            df = spark.read.parquet(source.path)
+        fields = {field.name: field.dataType for field in df.schema.fields}
+    except AnalysisException as exc:
+        raise InputError(f"cannot read {what}: {_first_line(exc)}") from None
+    for name in ("chunk_id", "cluster_id"):
+        if name not in fields:
+            found = ", ".join(sorted(fields)) or "none"
+            raise InputError(f"{what}: required column {name!r} is missing (found: {found})")
+    df = df.select(
+        _as_string(fields["chunk_id"], "chunk_id", what).alias("chunk_id"),
+        _as_string(fields["cluster_id"], "cluster_id", what).alias("cluster_id"),
+    )
+    return ClusterSnapshot(df=df, version=version)
+
+
+def _latest_delta_version(spark: SparkSession, path: str) -> int:
+    from delta.tables import DeltaTable
+
+    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
+
+
+# --- type conversions ---------------------------------------------------------------------
+
+
+def _as_string(data_type: DataType, name: str, what: str) -> Column:
+    if isinstance(data_type, StringType):
+        return F.col(name)
+    if isinstance(data_type, IntegralType):
+        return F.col(name).cast("string")
+    raise InputError(f"{what}: column {name!r} must be a string, found {data_type.simpleString()}")
+
+
+def _as_timestamp(data_type: DataType, what: str) -> Column:
+    if isinstance(data_type, TimestampType):
+        return F.col("served_at")
+    if isinstance(data_type, TimestampNTZType):  # wall-clock time, read as UTC
+        return F.col("served_at").cast(TimestampType())
+    if isinstance(data_type, StringType):  # ISO 8601 text
+        return F.to_timestamp(F.col("served_at"))
+    raise InputError(
+        f"{what}: column 'served_at' must be a timestamp, found {data_type.simpleString()}"
+    )
+
+
+def _as_results(data_type: DataType, what: str) -> Column:
+    element = data_type.elementType if isinstance(data_type, ArrayType) else None
+    if not isinstance(element, StructType):
+        raise InputError(
+            f"{what}: column 'results' must be array<struct<rank:int,chunk_id:string>>, "
+            f"found {data_type.simpleString()}"
+        )
+    entry = {field.name: field.dataType for field in element.fields}
+    for name in ("rank", "chunk_id"):
+        if name not in entry:
+            raise InputError(f"{what}: column 'results' has no field {name!r} in its entries")
+    if not isinstance(entry["rank"], IntegralType):
+        raise InputError(
+            f"{what}: column 'results.rank' must be an integer, found {entry['rank'].simpleString()}"
+        )
+    if isinstance(entry["chunk_id"], StringType):
+        return F.col("results")
+    if not isinstance(entry["chunk_id"], IntegralType):
+        raise InputError(
+            f"{what}: column 'results.chunk_id' must be a string, "
+            f"found {entry['chunk_id'].simpleString()}"
+        )
+    return F.transform(
+        "results", lambda e: e.withField("chunk_id", e["chunk_id"].cast("string"))
+    )
+
+
+# --- partitions and paths -----------------------------------------------------------------
+
+
+def _date_partition_column(source: ServedLogsInput) -> str | None:
+    if source.date_partition == "none" or source.format == "delta":
+        return None
+    if source.date_partition != "auto":
+        return source.date_partition
+    path = _local_path(source.path)
+    if path is None or not os.path.isdir(path):
+        return None
+    names = {m.group(1) for entry in os.listdir(path) if (m := _PARTITION_DIR.match(entry))}
+    return names.pop() if len(names) == 1 else None
+
+
+def _partition_filter(
+    df: DataFrame, column: str, start: dt.date, end: dt.date, what: str
+) -> Column:
+    lo, hi = start - dt.timedelta(days=1), end + dt.timedelta(days=1)
+    data_type = df.schema[column].dataType
+    col = F.col(column)
+    if isinstance(data_type, DateType):
+        return col.between(F.lit(lo), F.lit(hi))
+    if isinstance(data_type, StringType):  # YYYY-MM-DD text sorts as dates do
+        return col.between(F.lit(lo.isoformat()), F.lit(hi.isoformat()))
+    if isinstance(data_type, IntegralType):  # YYYYMMDD
+        return col.between(F.lit(int(lo.strftime("%Y%m%d"))), F.lit(int(hi.strftime("%Y%m%d"))))
+    raise InputError(
+        f"{what}: date partition column {column!r} has type {data_type.simpleString()}, "
+        "expected a date, YYYY-MM-DD text or a YYYYMMDD integer"
+    )
+
+
+def _local_path(path: str) -> str | None:
+    """The filesystem path for a local location, None for a remote one (s3://, dbfs:/, ...)."""
+    if path.startswith("file:"):
+        return re.sub(r"^file:(//)?", "", path)
+    return None if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path) else path
+
+
+def _require_local_path(path: str, what: str) -> None:
+    local = _local_path(path)
+    if local is not None and not os.path.exists(local):
+        raise InputError(f"{what}: path does not exist")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
