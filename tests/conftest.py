@@ -1,7 +1,9 @@
-"""One local SparkSession for the whole suite, tuned for speed on 2 cores, never stopped by a test."""
+"""One local SparkSession for the whole suite, tuned for speed on 2 cores, never stopped."""
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +24,11 @@ TEST_CONF = {
     "spark.rdd.compress": "false",
     "spark.shuffle.compress": "false",
 }
+
+
+# Spark hands timestamps back as naive datetimes in the process's time zone: make that UTC.
+os.environ["TZ"] = "UTC"
+time.tzset()
 
 
 @pytest.fixture(scope="session")

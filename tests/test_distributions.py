@@ -13,8 +13,10 @@ from pyspark.testing import assertDataFrameEqual
 from logmetrics.distributions import QUANTILES, daily_distributions, histogram_quantile
 
 D1, D2 = dt.date(2026, 1, 5), dt.date(2026, 1, 6)
-BY_QUERY = "metric_date date, request_id string, k int, unique_clusters int, results int, " \
+BY_QUERY = (
+    "metric_date date, request_id string, k int, unique_clusters int, results int, "
     "missing_cluster_results int"
+)
 
 
 def test_quantiles_equal_numpy_percentile_bit_for_bit(spark: SparkSession) -> None:
@@ -26,7 +28,9 @@ def test_quantiles_equal_numpy_percentile_bit_for_bit(spark: SparkSession) -> No
         values = [rng.randint(0, k) for _ in range(n)]
         cases.append(values)
     cases += [[0], [5, 5], [0, 10], [3] * 7]
-    hist_rows = [([sum(1 for v in vals if v == i) for i in range(max(vals) + 1)],) for vals in cases]
+    hist_rows = [
+        ([sum(1 for v in vals if v == i) for i in range(max(vals) + 1)],) for vals in cases
+    ]
     df = spark.createDataFrame(hist_rows, "histogram array<long>")
     got = df.select(
         *[histogram_quantile(F.col("histogram"), p).alias(name) for name, p in QUANTILES.items()]
@@ -72,9 +76,7 @@ def test_daily_rows_including_a_day_without_queries(spark: SparkSession) -> None
 
 
 def test_histogram_length_is_k_plus_one_per_k(spark: SparkSession) -> None:
-    by_query = spark.createDataFrame(
-        [(D1, "a", 2, 2, 2, 0), (D1, "a", 5, 4, 4, 0)], BY_QUERY
-    )
+    by_query = spark.createDataFrame([(D1, "a", 2, 2, 2, 0), (D1, "a", 5, 4, 4, 0)], BY_QUERY)
     calendar = spark.createDataFrame([(D1, 2), (D1, 5)], "metric_date date, k int")
     got = daily_distributions(by_query, calendar, max_k=5, threshold=4)
     histograms = {row.k: row.histogram for row in got.collect()}

@@ -21,7 +21,7 @@ def _by_query(
     logs_df = spark.createDataFrame(rows, SERVED_LOGS)
     clusters_df = spark.createDataFrame(clusters, CLUSTERS)
     return (
-        unique_clusters_by_request(logs_df, clusters_df, ks)
+        unique_clusters_by_request(logs_df, cluster_keys(clusters_df), ks)
         .transform(explode_windows)
         .select("request_id", "k", "unique_clusters", "results", "missing_cluster_results")
     )
@@ -125,7 +125,11 @@ def test_redelivered_request_counts_once_and_earliest_copy_wins(spark: SparkSess
 
 
 def test_empty_and_short_lists_still_count_as_queries(spark: SparkSession) -> None:
-    rows = [("empty", T0, []), ("all-null", T0, [(None, "a"), (1, None)]), ("short", T0, [(1, "a")])]
+    rows = [
+        ("empty", T0, []),
+        ("all-null", T0, [(None, "a"), (1, None)]),
+        ("short", T0, [(1, "a")]),
+    ]
     got = _by_query(spark, rows, [("a", "A")], (1, 10))
     expected = _expect(
         spark,
@@ -167,5 +171,7 @@ def test_metric_date_is_the_utc_date(
     spark: SparkSession, served_at: dt.datetime, metric_date: dt.date
 ) -> None:
     logs_df = spark.createDataFrame([("q", served_at, [(1, "a")])], SERVED_LOGS)
-    got = unique_clusters_by_request(logs_df, spark.createDataFrame([], CLUSTERS), (1,))
+    got = unique_clusters_by_request(
+        logs_df, cluster_keys(spark.createDataFrame([], CLUSTERS)), (1,)
+    )
     assert [row.metric_date for row in got.collect()] == [metric_date]

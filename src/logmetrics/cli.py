@@ -144,6 +144,12 @@ def _setup_logging(level: str) -> None:
     )
     for noisy in ("py4j", "great_expectations"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # PySpark logs every analysis error with its whole JVM stack trace to stderr; we report the
+    # error ourselves, in one line.
+    from pyspark.logger import PySparkLogger
+
+    for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
 
 # --- commands -----------------------------------------------------------------------------
@@ -165,7 +171,9 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
 def _compute(config: Config, start: dt.date, end: dt.date) -> int:
     from logmetrics.pipeline import run_range
     from logmetrics.session import get_spark
+    from logmetrics.sources import check_inputs_exist
 
+    check_inputs_exist(config.inputs)
     run_id = uuid.uuid4().hex[:12]
     computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
     spark = get_spark(config.spark)

@@ -61,19 +61,29 @@ def run_demo(config: Config, days: int, queries_per_day: int) -> int:
     from logmetrics.session import get_spark
 
     out = Path(config.inputs.served_logs.path).parent
-    if Path(config.inputs.clusters.path) != out / "clusters" or config.inputs.clusters.format != "delta":
+    if (
+        Path(config.inputs.clusters.path) != out / "clusters"
+        or config.inputs.clusters.format != "delta"
+    ):
         raise ConfigError(
             "demo: inputs.clusters must be a Delta table at <served_logs parent>/clusters"
         )
     spark = get_spark(config.spark)
-    params = {"start": DEMO_START.isoformat(), "days": days, "qpd": queries_per_day, "seed": DEMO_SEED}
+    params = {
+        "start": DEMO_START.isoformat(),
+        "days": days,
+        "qpd": queries_per_day,
+        "seed": DEMO_SEED,
+    }
     marker = out / "_demo.json"
     if not marker.exists() or json.loads(marker.read_text()) != params:
         generate_dataset(out, DEMO_START, days, queries_per_day, DEMO_SEED, spark=spark)
         marker.write_text(json.dumps(params))
     end = DEMO_START + dt.timedelta(days=days - 1)
     run_id = uuid.uuid4().hex[:12]
-    run_range(spark, config, DEMO_START, end, run_id, dt.datetime.now(dt.UTC).replace(microsecond=0))
+    run_range(
+        spark, config, DEMO_START, end, run_id, dt.datetime.now(dt.UTC).replace(microsecond=0)
+    )
     _print_daily(spark, config, DEMO_START, end)
     return 0
 
@@ -92,15 +102,21 @@ def _print_daily(spark: SparkSession, config: Config, start: dt.date, end: dt.da
     )
     threshold = config.metrics.threshold
     print(f"\nunique_clusters_daily at k={k} ({location}):")
-    print(f"{'metric_date':<12}{'queries':>9}{'median':>8}{'p10':>6}{'p90':>6}{'mean':>7}"
-          f"{'share<=' + str(threshold):>10}{'missing':>9}")
+    print(
+        f"{'metric_date':<12}{'queries':>9}{'median':>8}{'p10':>6}{'p90':>6}{'mean':>7}"
+        f"{'share<=' + str(threshold):>10}{'missing':>9}"
+    )
     for r in rows:
-        share = "-" if r.share_at_or_below_threshold is None else f"{r.share_at_or_below_threshold:.1%}"
+        share = (
+            "-" if r.share_at_or_below_threshold is None else f"{r.share_at_or_below_threshold:.1%}"
+        )
         missing = "-" if r.missing_cluster_rate is None else f"{r.missing_cluster_rate:.2%}"
         median = "-" if r.median is None else f"{r.median:g}"
         p10 = "-" if r.p10 is None else f"{r.p10:g}"
         p90 = "-" if r.p90 is None else f"{r.p90:g}"
         mean = "-" if r.mean is None else f"{r.mean:.2f}"
-        print(f"{r.metric_date!s:<12}{r.queries:>9}{median:>8}{p10:>6}{p90:>6}{mean:>7}"
-              f"{share:>10}{missing:>9}")
+        print(
+            f"{r.metric_date!s:<12}{r.queries:>9}{median:>8}{p10:>6}{p90:>6}{mean:>7}"
+            f"{share:>10}{missing:>9}"
+        )
     print(f"\n{len(rows)} day(s); all k and the per-query rows are in {config.output.warehouse}/")

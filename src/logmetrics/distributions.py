@@ -53,16 +53,14 @@ def with_histogram_statistics(daily_df: DataFrame, threshold: int) -> DataFrame:
     return daily_df.select(
         "*",
         *[histogram_quantile(hist, p).alias(name) for name, p in QUANTILES.items()],
-        F.when(queries > 0, _total(F.transform(hist, lambda n, i: n * i)) / queries).alias(
-            "mean"
-        ),
+        F.when(queries > 0, _total(F.transform(hist, lambda n, i: n * i)) / queries).alias("mean"),
         F.lit(threshold).alias("threshold"),
         F.when(queries > 0, _total(F.slice(hist, 1, threshold + 1)) / queries).alias(
             "share_at_or_below_threshold"
         ),
-        F.when(
-            F.col("results") > 0, F.col("missing_cluster_results") / F.col("results")
-        ).alias("missing_cluster_rate"),
+        F.when(F.col("results") > 0, F.col("missing_cluster_results") / F.col("results")).alias(
+            "missing_cluster_rate"
+        ),
     )
 
 

@@ -127,9 +127,11 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
     )
     kept = F.filter(
         "rows",
-        lambda r: (r["served_at"] == F.col("chosen.served_at"))
-        & (r["copy_hash"] == F.col("chosen.copy_hash"))
-        & r["entry"].isNotNull(),
+        lambda r: (
+            (r["served_at"] == F.col("chosen.served_at"))
+            & (r["copy_hash"] == F.col("chosen.copy_hash"))
+            & r["entry"].isNotNull()
+        ),
     )
     # Identical copies contribute identical (rank, pos, ...) entries: array_distinct folds them.
     entries = F.array_sort(F.array_distinct(F.transform(kept, lambda r: r["entry"])))
@@ -147,9 +149,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
             "served_at",
             "copies",
             F.size("entries").alias("results"),
-            F.size(F.filter("entries", lambda e: e["is_missing"])).alias(
-                "missing_cluster_results"
-            ),
+            F.size(F.filter("entries", lambda e: e["is_missing"])).alias("missing_cluster_results"),
             windows(keys, ks).alias("windows"),
         )
     )
@@ -182,13 +182,13 @@ def explode_windows(requests_df: DataFrame) -> DataFrame:
 
 
 def unique_clusters_by_request(
-    logs_df: DataFrame, clusters_df: DataFrame, ks: Sequence[int]
+    logs_df: DataFrame, keys_df: DataFrame, ks: Sequence[int]
 ) -> DataFrame:
-    """Served-log rows + cluster table -> one row per request with every k (the whole flow)."""
+    """Served-log rows + `cluster_keys(clusters)` -> one row per request with every k."""
     return (
         logs_df.transform(filter_well_formed_requests)
         .transform(with_metric_date)
         .transform(explode_entries)
-        .transform(with_cluster_keys, cluster_keys(clusters_df))
+        .transform(with_cluster_keys, keys_df)
         .transform(to_requests, ks)
     )

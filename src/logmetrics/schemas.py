@@ -65,7 +65,9 @@ _RUN_FIELDS = [
 BY_QUERY = StructType(
     [
         _field("metric_date", DateType(), "UTC date of served_at.", False),
-        _field("request_id", StringType(), "The served request (one row per request and k).", False),
+        _field(
+            "request_id", StringType(), "The served request (one row per request and k).", False
+        ),
         _field("served_at", TimestampType(), "When the request was served (UTC).", False),
         _field("k", IntegerType(), "Window size: the first k valid entries by rank.", False),
         _field(
@@ -89,8 +91,12 @@ DAILY = StructType(
     [
         _field("metric_date", DateType(), "UTC date of served_at.", False),
         _field("k", IntegerType(), "Window size.", False),
-        _field("queries", LongType(), "Served requests that day (redeliveries counted once).", False),
-        _field("empty_queries", LongType(), "Queries with no valid entry (unique_clusters 0).", False),
+        _field(
+            "queries", LongType(), "Served requests that day (redeliveries counted once).", False
+        ),
+        _field(
+            "empty_queries", LongType(), "Queries with no valid entry (unique_clusters 0).", False
+        ),
         _field(
             "histogram",
             ArrayType(LongType(), containsNull=False),

@@ -38,7 +38,6 @@ SPARK_PROVIDED_ARTIFACTS = (
     "com.fasterxml.jackson.core:jackson-databind",
     "com.github.luben:zstd-jni",
     "com.google.code.findbugs:jsr305",
-    "commons-logging:commons-logging",
     "commons-pool:commons-pool",
     "io.airlift:aircompressor",
     "org.apache.hadoop:hadoop-client-api",

@@ -101,6 +101,8 @@ def dates_predicate(dates: Sequence[dt.date]) -> str:
     ordered = sorted(set(dates))
     first, last = ordered[0], ordered[-1]
     if (last - first).days + 1 == len(ordered):
-        return f"metric_date >= DATE'{first.isoformat()}' AND metric_date <= DATE'{last.isoformat()}'"
+        return (
+            f"metric_date >= DATE'{first.isoformat()}' AND metric_date <= DATE'{last.isoformat()}'"
+        )
     listed = ", ".join(f"DATE'{d.isoformat()}'" for d in ordered)
     return f"metric_date IN ({listed})"

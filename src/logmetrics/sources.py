@@ -26,7 +26,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from logmetrics.config import ClustersInput, ServedLogsInput
+from logmetrics.config import ClustersInput, InputsConfig, ServedLogsInput
 from logmetrics.errors import InputError
 from logmetrics.schemas import SERVED_LOGS
 
@@ -73,9 +73,13 @@ def read_served_logs(
     if partition is not None:
         raw = raw.where(_partition_filter(raw, partition, start, end, what))
 
+    return conform_served_logs(raw, what).transform(filter_served_between, start, end)
+
+
+def filter_served_between(logs_df: DataFrame, start: dt.date, end: dt.date) -> DataFrame:
+    """Rows served on the UTC dates start..end; a filter Spark pushes down to the files."""
     lo, hi = utc_window(start, end)
-    conformed = conform_served_logs(raw, what)
-    return conformed.where((F.col("served_at") >= F.lit(lo)) & (F.col("served_at") < F.lit(hi)))
+    return logs_df.where((F.col("served_at") >= F.lit(lo)) & (F.col("served_at") < F.lit(hi)))
 
 
 def conform_served_logs(df: DataFrame, what: str) -> DataFrame:
@@ -124,7 +128,10 @@ def read_clusters(spark: SparkSession, source: ClustersInput) -> ClusterSnapshot
 def _latest_delta_version(spark: SparkSession, path: str) -> int:
     from delta.tables import DeltaTable
 
-    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
+    latest = DeltaTable.forPath(spark, path).history(1).select("version").first()
+    if latest is None:  # a Delta table always has at least its creating commit
+        raise InputError(f"cluster table at {path}: the Delta log has no commits")
+    return int(latest[0])
 
 
 # --- type conversions ---------------------------------------------------------------------
@@ -162,9 +169,8 @@ def _as_results(data_type: DataType, what: str) -> Column:
         if name not in entry:
             raise InputError(f"{what}: column 'results' has no field {name!r} in its entries")
     if not isinstance(entry["rank"], IntegralType):
-        raise InputError(
-            f"{what}: column 'results.rank' must be an integer, found {entry['rank'].simpleString()}"
-        )
+        found = entry["rank"].simpleString()
+        raise InputError(f"{what}: column 'results.rank' must be an integer, found {found}")
     if isinstance(entry["chunk_id"], StringType):
         return F.col("results")
     if not isinstance(entry["chunk_id"], IntegralType):
@@ -172,9 +178,7 @@ def _as_results(data_type: DataType, what: str) -> Column:
             f"{what}: column 'results.chunk_id' must be a string, "
             f"found {entry['chunk_id'].simpleString()}"
         )
-    return F.transform(
-        "results", lambda e: e.withField("chunk_id", e["chunk_id"].cast("string"))
-    )
+    return F.transform("results", lambda e: e.withField("chunk_id", e["chunk_id"].cast("string")))
 
 
 # --- partitions and paths -----------------------------------------------------------------
@@ -208,6 +212,12 @@ def _partition_filter(
         f"{what}: date partition column {column!r} has type {data_type.simpleString()}, "
         "expected a date, YYYY-MM-DD text or a YYYYMMDD integer"
     )
+
+
+def check_inputs_exist(inputs: InputsConfig) -> None:
+    """Fail fast, before Spark starts, when a local input path does not exist."""
+    _require_local_path(inputs.served_logs.path, f"served logs at {inputs.served_logs.path}")
+    _require_local_path(inputs.clusters.path, f"cluster table at {inputs.clusters.path}")
 
 
 def _local_path(path: str) -> str | None:

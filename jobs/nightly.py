@@ -1,0 +1,16 @@
+"""Entry point for spark-submit and Databricks `spark_python_task`: `logmetrics run ...`.
+
+    spark-submit --packages io.delta:delta-spark_4.1_2.13:4.3.1 jobs/nightly.py \
+        --config conf/local.yaml --date 2026-10-30
+
+Without --date it computes yesterday (UTC). No logic lives here.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from logmetrics.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["run", *sys.argv[1:]]))

@@ -1,0 +1,410 @@
+"""Synthetic served logs and duplicate-cluster table, for tests and demos of logmetrics.
+
+A corpus of chunks is grouped into duplicate clusters (many singletons, a long tail of big
+clusters). Each served top-k list draws a new cluster or repeats one already in the list, with
+a per-query repeat probability, calibrated so that at k=10 the median unique-clusters@10 is
+about 6 and about 14% of queries have 4 or fewer. With ``dirty=True`` the awkward cases the
+job must survive are mixed in at small rates. Each day is generated with numpy in one go and
+written with pyarrow from offsets, so 90 days x 40,000 queries take seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+RESULT_TYPE = pa.struct([pa.field("rank", pa.int32()), pa.field("chunk_id", pa.string())])
+SERVED_LOGS_SCHEMA = pa.schema(
+    [
+        pa.field("request_id", pa.string()),
+        pa.field("served_at", pa.timestamp("us", tz="UTC")),
+        pa.field("results", pa.list_(RESULT_TYPE)),
+        pa.field("surface", pa.string()),
+        pa.field("index_version", pa.string()),
+    ]
+)
+CLUSTERS_SCHEMA = pa.schema(
+    [pa.field("chunk_id", pa.string()), pa.field("cluster_id", pa.string())]
+)
+
+# Corpus shape: cluster sizes ~ Zipf(a), so most clusters are singletons with a long tail.
+CLUSTER_SIZE_ZIPF_A = 2.2
+MAX_CLUSTER_SIZE = 400
+MIN_CORPUS_CHUNKS = 20_000
+CORPUS_CHUNKS_PER_DAILY_QUERY = 5
+
+# Per-query probability that a slot repeats a cluster already in the list: Beta(a, b), mean
+# 0.48. Together with the spread from lists that hold nothing repeatable (singletons), this
+# gives median 6 and ~14% of queries <= 4 at k=10 (checked in tests/test_synthetic.py).
+REPEAT_BETA_A = 19.2
+REPEAT_BETA_B = 20.8
+# Of the repeats, the share that serve the very same chunk again rather than another member.
+SAME_CHUNK_REPEAT_RATE = 0.04
+# How many times a draw is retried when it hits a cluster or chunk already in the list.
+REDRAW_ATTEMPTS = 4
+
+# Dirty-mode rates. Counts are rounded stochastically from these, per day.
+DUPLICATE_REQUEST_RATE = 0.005  # requests written twice with identical content
+SHUFFLED_LIST_RATE = 0.05  # lists stored in shuffled array order
+RANK_GAP_LIST_RATE = 0.02  # lists whose ranks skip one to three numbers
+RANK_TIE_LIST_RATE = 0.005  # lists where two entries share a rank
+NULL_CHUNK_ENTRY_RATE = 0.001  # entries with a null chunk_id
+NULL_RANK_ENTRY_RATE = 0.001  # entries with a null rank
+EMPTY_LIST_RATE = 0.002  # requests served with an empty list
+MALFORMED_ROW_RATE = 0.0002  # extra rows with a null results, request_id or served_at
+UNCLUSTERED_CHUNK_RATE = 0.004  # corpus chunks absent from the cluster table
+NULL_CLUSTER_ID_RATE = 0.01  # singleton chunks listed with a null cluster_id
+DOUBLE_LISTED_CHUNK_RATE = 0.0005  # chunks listed a second time with another (or null) cluster
+
+SURFACES = ("web", "app", "api")
+SURFACE_WEIGHTS = (0.55, 0.35, 0.10)
+INDEX_VERSIONS = ("v1", "v2")
+INDEX_V2_ROLLOUT_DAYS = 60  # v2's share of traffic grows linearly to 100% over this many days
+
+_US_PER_DAY = 86_400 * 1_000_000
+_EPOCH = dt.date(1970, 1, 1)
+
+
+@dataclass(frozen=True)
+class GeneratedData:
+    """Where the data went and how much of it there is.
+
+    ``requests`` counts distinct well-formed requests (days x queries_per_day); ``rows`` every
+    row written, including redelivered copies and malformed rows; ``entries`` every result
+    entry in those rows (null ones included); ``cluster_rows`` the rows of the cluster table.
+    """
+
+    out_dir: Path
+    served_logs: Path
+    clusters: Path
+    start: dt.date
+    days: int
+    requests: int
+    rows: int
+    entries: int
+    cluster_rows: int
+
+    @property
+    def end(self) -> dt.date:
+        """The last generated date (inclusive)."""
+        return self.start + dt.timedelta(days=self.days - 1)
+
+
+@dataclass(frozen=True)
+class _Corpus:
+    chunk_ids: pa.Array  # string id of chunk number i
+    cluster_of: np.ndarray  # chunk number -> cluster number
+    cluster_start: np.ndarray  # cluster number -> first chunk number (members are contiguous)
+    cluster_size: np.ndarray  # cluster number -> member count
+
+
+def generate(
+    out_dir: str | Path,
+    start: dt.date,
+    days: int,
+    queries_per_day: int,
+    seed: int,
+    list_length: int = 10,
+    dirty: bool = True,
+) -> GeneratedData:
+    """Write ``days`` daily partitions of served logs plus the cluster table under ``out_dir``.
+
+    Layout: ``served_logs/date=YYYY-MM-DD/part-00000.parquet`` and
+    ``clusters_parquet/part-00000.parquet``; both directories are replaced if present. The row
+    content depends only on the arguments (day i does not depend on ``days``).
+    """
+    if days < 1 or queries_per_day < 1 or list_length < 1:
+        raise ValueError("days, queries_per_day and list_length must all be >= 1")
+    out = Path(out_dir)
+    served_dir = out / "served_logs"
+    clusters_dir = out / "clusters_parquet"
+    for directory in (served_dir, clusters_dir):
+        if directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True)
+
+    corpus_seq, *day_seqs = np.random.SeedSequence(seed).spawn(days + 1)
+    n_chunks = max(MIN_CORPUS_CHUNKS, CORPUS_CHUNKS_PER_DAILY_QUERY * queries_per_day)
+    corpus_rng = np.random.default_rng(corpus_seq)
+    corpus = _make_corpus(corpus_rng, n_chunks)
+    cluster_table = _cluster_table(corpus_rng, corpus, dirty)
+    clusters_path = clusters_dir / "part-00000.parquet"
+    pq.write_table(cluster_table, clusters_path)
+
+    rows = entries = 0
+    for day_index, day_seq in enumerate(day_seqs):
+        date = start + dt.timedelta(days=day_index)
+        table = _day_table(
+            np.random.default_rng(day_seq),
+            corpus,
+            date,
+            day_index,
+            queries_per_day,
+            list_length,
+            dirty,
+        )
+        partition = served_dir / f"date={date.isoformat()}"
+        partition.mkdir()
+        pq.write_table(table, partition / "part-00000.parquet")
+        rows += table.num_rows
+        entries += len(table.column("results").combine_chunks().flatten())
+
+    return GeneratedData(
+        out_dir=out,
+        served_logs=served_dir,
+        clusters=clusters_path,
+        start=start,
+        days=days,
+        requests=days * queries_per_day,
+        rows=rows,
+        entries=entries,
+        cluster_rows=cluster_table.num_rows,
+    )
+
+
+def _stochastic_round(rng: np.random.Generator, expected: float) -> int:
+    """An integer count with the given expectation and at most one away from it."""
+    whole = int(expected)
+    return whole + int(rng.random() < expected - whole)
+
+
+def _pick(rng: np.random.Generator, n: int, rate: float) -> np.ndarray:
+    """Indices of about ``rate * n`` distinct items out of ``n``."""
+    return rng.choice(n, size=min(n, _stochastic_round(rng, rate * n)), replace=False)
+
+
+def _ids(prefix: str, numbers: np.ndarray, width: int) -> pa.Array:
+    """Zero-padded string ids such as ``chunk-00012345`` (string order = numeric order)."""
+    digits = pc.utf8_lpad(pa.array(numbers, pa.int64()).cast(pa.string()), width=width, padding="0")
+    return pc.binary_join_element_wise(prefix, digits, "")
+
+
+def _make_corpus(rng: np.random.Generator, n_chunks: int) -> _Corpus:
+    """Chunks grouped into duplicate clusters with Zipf-distributed sizes."""
+    sizes: list[np.ndarray] = []
+    total = 0
+    while total < n_chunks:
+        batch = np.minimum(rng.zipf(CLUSTER_SIZE_ZIPF_A, size=n_chunks // 2 + 1), MAX_CLUSTER_SIZE)
+        sizes.append(batch)
+        total += int(batch.sum())
+    size = np.concatenate(sizes)
+    end = np.cumsum(size)
+    n_clusters = int(np.searchsorted(end, n_chunks)) + 1
+    size = size[:n_clusters].copy()
+    size[-1] -= int(end[n_clusters - 1]) - n_chunks  # trim the last cluster to fit exactly
+    start = np.concatenate([[0], np.cumsum(size)[:-1]])
+    cluster_of = np.repeat(np.arange(n_clusters), size)
+    # Id strings are assigned in a random order so members of a cluster do not look alike.
+    chunk_ids = _ids("chunk-", rng.permutation(n_chunks), 8)
+    return _Corpus(chunk_ids, cluster_of, start, size)
+
+
+def _cluster_table(rng: np.random.Generator, corpus: _Corpus, dirty: bool) -> pa.Table:
+    """The (chunk_id, cluster_id) table; dirty adds absent chunks, nulls and double listings."""
+    n_chunks = len(corpus.chunk_ids)
+    n_clusters = len(corpus.cluster_size)
+    cluster_names = _ids("dup-", rng.permutation(n_clusters), 7)
+    chunk = np.arange(n_chunks)
+    cluster = corpus.cluster_of.copy()
+    null_cluster = np.zeros(n_chunks, dtype=bool)
+    if dirty:
+        singleton_chunks = chunk[corpus.cluster_size[corpus.cluster_of] == 1]
+        null_cluster[
+            rng.choice(
+                singleton_chunks,
+                size=_stochastic_round(rng, NULL_CLUSTER_ID_RATE * len(singleton_chunks)),
+                replace=False,
+            )
+        ] = True
+        listed = np.ones(n_chunks, dtype=bool)
+        listed[_pick(rng, n_chunks, UNCLUSTERED_CHUNK_RATE)] = False
+        chunk, cluster, null_cluster = chunk[listed], cluster[listed], null_cluster[listed]
+        # A few chunks listed twice: a second, different cluster id, or a null one.
+        again = _pick(rng, len(chunk), DOUBLE_LISTED_CHUNK_RATE)
+        again = again[~null_cluster[again]]
+        if len(again) == 0:
+            again = np.flatnonzero(~null_cluster)[:3]
+        other = (cluster[again] + rng.integers(1, n_clusters, size=len(again))) % n_clusters
+        second_null = rng.random(len(again)) < 0.5
+        chunk = np.concatenate([chunk, chunk[again]])
+        cluster = np.concatenate([cluster, other])
+        null_cluster = np.concatenate([null_cluster, second_null])
+        order = rng.permutation(len(chunk))
+        chunk, cluster, null_cluster = chunk[order], cluster[order], null_cluster[order]
+    cluster_ids = cluster_names.take(pa.array(cluster, mask=null_cluster))
+    return pa.table(
+        {"chunk_id": corpus.chunk_ids.take(pa.array(chunk)), "cluster_id": cluster_ids},
+        schema=CLUSTERS_SCHEMA,
+    )
+
+
+def _draw_lists(
+    rng: np.random.Generator, corpus: _Corpus, n_queries: int, length: int
+) -> np.ndarray:
+    """Chunk numbers of shape (n_queries, length), in intended rank order.
+
+    Slot 0 is a new cluster. Each later slot, with the query's repeat probability, repeats a
+    cluster already in the list (another member, or rarely the very same chunk); otherwise,
+    or when nothing in the list has another member, it draws a cluster not yet in the list.
+    """
+    n_chunks = len(corpus.chunk_ids)
+    chunks = np.empty((n_queries, length), dtype=np.int64)
+    clusters = np.empty((n_queries, length), dtype=np.int64)
+    repeat_p = rng.beta(REPEAT_BETA_A, REPEAT_BETA_B, size=n_queries)
+    rows = np.arange(n_queries)
+
+    def new_chunks(who: np.ndarray, j: int) -> np.ndarray:
+        chosen = rng.integers(0, n_chunks, size=len(who))
+        for _ in range(REDRAW_ATTEMPTS):
+            clash = (clusters[who, :j] == corpus.cluster_of[chosen][:, None]).any(axis=1)
+            if not clash.any():
+                break
+            chosen[clash] = rng.integers(0, n_chunks, size=int(clash.sum()))
+        return chosen
+
+    chunks[:, 0] = new_chunks(rows, 0)
+    clusters[:, 0] = corpus.cluster_of[chunks[:, 0]]
+    for j in range(1, length):
+        slot = np.full(n_queries, -1, dtype=np.int64)
+        repeat = rng.random(n_queries) < repeat_p
+        same = repeat & (rng.random(n_queries) < SAME_CHUNK_REPEAT_RATE)
+        slot[same] = chunks[same, rng.integers(0, j, size=int(same.sum()))]
+
+        # Another member of a multi-member cluster already in the list.
+        who = np.flatnonzero(repeat & ~same)
+        eligible = corpus.cluster_size[clusters[who, :j]] >= 2
+        keys = np.where(eligible, rng.random(eligible.shape), -1.0)
+        source = keys.argmax(axis=1)
+        has = eligible.any(axis=1)
+        who, source = who[has], source[has]
+        cluster = clusters[who, source]
+        size = corpus.cluster_size[cluster]
+        offset = chunks[who, source] - corpus.cluster_start[cluster]
+        open_ = np.ones(len(who), dtype=bool)
+        member = chunks[who, source]
+        for _ in range(REDRAW_ATTEMPTS):
+            step = 1 + (rng.random(len(who)) * (size - 1)).astype(np.int64)
+            candidate = corpus.cluster_start[cluster] + (offset + step) % size
+            taken = (chunks[who, :j] == candidate[:, None]).any(axis=1)
+            accept = open_ & ~taken
+            member[accept] = candidate[accept]
+            open_ &= ~accept
+            if not open_.any():
+                break
+        slot[who[~open_]] = member[~open_]
+
+        # Everything else (including repeats with nothing left to repeat) draws a new cluster.
+        fresh = np.flatnonzero(slot < 0)
+        slot[fresh] = new_chunks(fresh, j)
+        chunks[:, j] = slot
+        clusters[:, j] = corpus.cluster_of[slot]
+    return chunks
+
+
+def _day_table(
+    rng: np.random.Generator,
+    corpus: _Corpus,
+    date: dt.date,
+    day_index: int,
+    n_queries: int,
+    length: int,
+    dirty: bool,
+) -> pa.Table:
+    """One day's served-log rows as a pyarrow table (no ``date`` column)."""
+    chunks = _draw_lists(rng, corpus, n_queries, length)
+    ranks = np.tile(np.arange(1, length + 1, dtype=np.int32), (n_queries, 1))
+    lengths = np.full(n_queries, length, dtype=np.int64)
+    if dirty:
+        gap = _pick(rng, n_queries, RANK_GAP_LIST_RATE)
+        gap_at = rng.integers(1, length, size=len(gap)) if length > 1 else np.zeros(0, np.int64)
+        ranks[gap] += (np.arange(length) >= gap_at[:, None]) * rng.integers(
+            1, 4, size=(len(gap), 1), dtype=np.int32
+        )
+        tie = _pick(rng, n_queries, RANK_TIE_LIST_RATE)
+        tie_at = rng.integers(1, length, size=len(tie)) if length > 1 else np.zeros(0, np.int64)
+        ranks[tie] -= (np.arange(length) >= tie_at[:, None]).astype(np.int32)
+        shuffled = _pick(rng, n_queries, SHUFFLED_LIST_RATE)
+        order = np.argsort(rng.random((len(shuffled), length)), axis=1)
+        chunks[shuffled] = np.take_along_axis(chunks[shuffled], order, axis=1)
+        ranks[shuffled] = np.take_along_axis(ranks[shuffled], order, axis=1)
+        lengths[_pick(rng, n_queries, EMPTY_LIST_RATE)] = 0
+
+    # The day's request lists as one ListArray built from offsets.
+    keep = np.arange(length) < lengths[:, None]
+    flat_chunks, flat_ranks = chunks[keep], ranks[keep]
+    null_chunk = np.zeros(len(flat_chunks), dtype=bool)
+    null_rank = np.zeros(len(flat_chunks), dtype=bool)
+    if dirty:
+        null_chunk[_pick(rng, len(flat_chunks), NULL_CHUNK_ENTRY_RATE)] = True
+        null_rank[_pick(rng, len(flat_chunks), NULL_RANK_ENTRY_RATE)] = True
+    entries = pa.StructArray.from_arrays(
+        [
+            pa.array(flat_ranks, pa.int32(), mask=null_rank),
+            corpus.chunk_ids.take(pa.array(flat_chunks, mask=null_chunk)),
+        ],
+        fields=list(RESULT_TYPE),
+    )
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    lists = pa.ListArray.from_arrays(pa.array(offsets), entries)
+
+    day_start = (date - _EPOCH).days * _US_PER_DAY
+    served_at = day_start + rng.integers(0, _US_PER_DAY, size=n_queries)
+    request_ids = _ids(f"req-{date:%Y%m%d}-", np.arange(n_queries), 7)
+    surface = rng.choice(len(SURFACES), size=n_queries, p=SURFACE_WEIGHTS)
+    v2_share = min(1.0, (day_index + 1) / INDEX_V2_ROLLOUT_DAYS)
+    version = (rng.random(n_queries) < v2_share).astype(np.int64)
+
+    # Rows point at a request (for id, surface, version), a list and a timestamp; -1 means null.
+    row_request = np.arange(n_queries)
+    row_list = np.arange(n_queries)
+    row_time = served_at.copy()
+    row_null_time = np.zeros(n_queries, dtype=bool)
+    if dirty:
+        again = _pick(rng, n_queries, DUPLICATE_REQUEST_RATE)
+        row_request = np.concatenate([row_request, again])
+        row_list = np.concatenate([row_list, again])
+        row_time = np.concatenate([row_time, served_at[again]])
+        row_null_time = np.concatenate([row_null_time, np.zeros(len(again), dtype=bool)])
+        # Malformed rows copy a real request and null one field. The null-results copy is
+        # served earlier than the original, so a job that dedupes before dropping malformed
+        # rows picks it; the null-served_at copy sorts first under Spark's nulls-first order.
+        n_bad = _stochastic_round(rng, MALFORMED_ROW_RATE * len(row_request))
+        source = rng.integers(0, n_queries, size=n_bad)
+        kind = (rng.integers(0, 3) + np.arange(n_bad)) % 3
+        bad_request = np.where(kind == 1, -1, source)
+        bad_list = np.where(kind == 0, -1, source)
+        earlier = day_start + (rng.random(n_bad) * (served_at[source] - day_start)).astype(np.int64)
+        bad_time = np.where(kind == 0, earlier, served_at[source])
+        row_request = np.concatenate([row_request, bad_request])
+        row_list = np.concatenate([row_list, bad_list])
+        row_time = np.concatenate([row_time, bad_time])
+        row_null_time = np.concatenate([row_null_time, kind == 2])
+
+    # Log order: by time, with null-time rows at random places.
+    sort_time = np.where(
+        row_null_time, day_start + rng.integers(0, _US_PER_DAY, len(row_time)), row_time
+    )
+    order = np.argsort(sort_time, kind="stable")
+    row_request, row_list = row_request[order], row_list[order]
+    row_time, row_null_time = row_time[order], row_null_time[order]
+    meta = np.maximum(row_request, row_list)  # a malformed row still has its source's metadata
+
+    return pa.table(
+        {
+            "request_id": request_ids.take(pa.array(row_request, mask=row_request < 0)),
+            "served_at": pa.array(row_time, pa.int64(), mask=row_null_time).cast(
+                SERVED_LOGS_SCHEMA.field("served_at").type
+            ),
+            "results": lists.take(pa.array(row_list, mask=row_list < 0)),
+            "surface": pa.array(SURFACES).take(pa.array(surface[meta])),
+            "index_version": pa.array(INDEX_VERSIONS).take(pa.array(version[meta])),
+        },
+        schema=SERVED_LOGS_SCHEMA,
+    )

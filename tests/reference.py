@@ -1,0 +1,196 @@
+"""Pure-Python reference for unique-clusters@k, written straight from the rules.
+
+The Spark job is tested against this module, so it favours being obviously correct over
+being fast: plain loops, dicts and sorted(), no numpy and no Spark.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+# (output key, fraction) for the percentiles of rule 8.
+PERCENTILES: tuple[tuple[str, float], ...] = (
+    ("p10", 0.10),
+    ("p25", 0.25),
+    ("median", 0.50),
+    ("p75", 0.75),
+    ("p90", 0.90),
+)
+
+ClusterKey = tuple[str, str]
+
+
+def cluster_lookup(clusters: Iterable[tuple[str | None, str | None]]) -> dict[str, str | None]:
+    """chunk_id -> smallest non-null cluster_id; None if listed only with nulls (rule 5)."""
+    table: dict[str, str | None] = {}
+    for chunk_id, cluster_id in clusters:
+        if chunk_id is None:  # a table row without a chunk can never match a served entry
+            continue
+        if chunk_id not in table:
+            table[chunk_id] = cluster_id
+        elif cluster_id is not None:
+            current = table[chunk_id]
+            if current is None or cluster_id < current:
+                table[chunk_id] = cluster_id
+    return table
+
+
+def cluster_key(chunk_id: str, table: Mapping[str, str | None]) -> ClusterKey:
+    """("c", cluster_id) for a clustered chunk, ("s", chunk_id) for a singleton (rule 5)."""
+    cluster_id = table.get(chunk_id)
+    if cluster_id is None:
+        return ("s", chunk_id)
+    return ("c", cluster_id)
+
+
+def utc_date(served_at: dt.datetime) -> dt.date:
+    """The UTC calendar date of a timestamp (rule 2); a naive datetime is taken to be UTC."""
+    if served_at.tzinfo is None:
+        return served_at.date()
+    return served_at.astimezone(dt.UTC).date()
+
+
+def is_malformed(row: Mapping[str, Any]) -> bool:
+    """Rule 0: a null request_id, served_at or results keeps the row out of the metrics."""
+    return (
+        row.get("request_id") is None or row.get("served_at") is None or row.get("results") is None
+    )
+
+
+def valid_entries_in_rank_order(
+    results: Sequence[Mapping[str, Any] | None],
+) -> list[Mapping[str, Any]]:
+    """Rule 3: drop entries with a null rank or chunk_id, then a stable sort on rank."""
+    valid = [
+        entry
+        for entry in results
+        if entry is not None and entry.get("rank") is not None and entry.get("chunk_id") is not None
+    ]
+    # sorted() is stable, so entries with equal ranks keep their array order.
+    return sorted(valid, key=lambda entry: entry["rank"])
+
+
+def served_requests(
+    rows: Iterable[Mapping[str, Any]], start: dt.date, end: dt.date
+) -> dict[tuple[dt.date, str], Mapping[str, Any]]:
+    """Rules 0-2: well-formed rows in range, one per (metric_date, request_id), earliest kept."""
+    kept: dict[tuple[dt.date, str], Mapping[str, Any]] = {}
+    for row in rows:
+        if is_malformed(row):
+            continue
+        metric_date = utc_date(row["served_at"])
+        if not start <= metric_date <= end:
+            continue
+        key = (metric_date, row["request_id"])
+        if key not in kept or row["served_at"] < kept[key]["served_at"]:
+            kept[key] = row
+    return kept
+
+
+def _check_ks(ks: Iterable[int]) -> list[int]:
+    out = sorted(set(ks))
+    if any(k < 1 for k in out):
+        raise ValueError(f"every k must be >= 1, got {out}")
+    return out
+
+
+def by_query(
+    rows: Iterable[Mapping[str, Any]],
+    clusters: Iterable[tuple[str | None, str | None]],
+    ks: Iterable[int],
+    start: dt.date,
+    end: dt.date,
+) -> list[dict[str, Any]]:
+    """One dict per (metric_date, request_id, k), sorted in that order (rules 0-7)."""
+    table = cluster_lookup(clusters)
+    k_values = _check_ks(ks)
+    out: list[dict[str, Any]] = []
+    requests = served_requests(rows, start, end)
+    for metric_date, request_id in sorted(requests):
+        row = requests[(metric_date, request_id)]
+        entries = valid_entries_in_rank_order(row["results"])
+        missing = sum(1 for entry in entries if entry["chunk_id"] not in table)
+        for k in k_values:
+            top_k = entries[:k]
+            out.append(
+                {
+                    "metric_date": metric_date,
+                    "request_id": request_id,
+                    "served_at": row["served_at"],
+                    "k": k,
+                    "unique_clusters": len({cluster_key(e["chunk_id"], table) for e in top_k}),
+                    "results": len(entries),
+                    "missing_cluster_results": missing,
+                }
+            )
+    return out
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float:
+    """numpy.percentile's default 'linear' method, by hand: position = fraction * (n - 1).
+
+    The interpolation is done from the nearer neighbour, as numpy does, so that results agree
+    to the last bit rather than only approximately.
+    """
+    n = len(sorted_values)
+    if n == 0:
+        raise ValueError("percentile of no values")
+    position = (n - 1) * fraction
+    lower = math.floor(position)
+    upper = min(lower + 1, n - 1)
+    weight = position - lower
+    a, b = sorted_values[lower], sorted_values[upper]
+    if weight >= 0.5:
+        return float(b - (b - a) * (1 - weight))
+    return float(a + (b - a) * weight)
+
+
+def dates_between(start: dt.date, end: dt.date) -> list[dt.date]:
+    """Every date from start to end inclusive (empty when start > end)."""
+    return [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def daily(
+    rows: Iterable[Mapping[str, Any]],
+    clusters: Iterable[tuple[str | None, str | None]],
+    ks: Iterable[int],
+    threshold: int,
+    start: dt.date,
+    end: dt.date,
+) -> list[dict[str, Any]]:
+    """One dict per (metric_date, k) for every date in [start, end], sorted (rule 8)."""
+    k_values = _check_ks(ks)
+    per_query = by_query(rows, clusters, k_values, start, end)
+    out: list[dict[str, Any]] = []
+    for metric_date in dates_between(start, end):
+        for k in k_values:
+            queries = [q for q in per_query if q["metric_date"] == metric_date and q["k"] == k]
+            values = sorted(q["unique_clusters"] for q in queries)
+            n = len(values)
+            histogram = [0] * (k + 1)
+            for value in values:
+                histogram[value] += 1
+            results = sum(q["results"] for q in queries)
+            missing = sum(q["missing_cluster_results"] for q in queries)
+            row: dict[str, Any] = {
+                "metric_date": metric_date,
+                "k": k,
+                "queries": n,
+                "empty_queries": sum(1 for q in queries if q["results"] == 0),
+                "histogram": histogram,
+            }
+            for name, fraction in PERCENTILES:
+                row[name] = percentile(values, fraction) if n else None
+            row["mean"] = sum(values) / n if n else None
+            row["threshold"] = threshold
+            row["share_at_or_below_threshold"] = (
+                sum(1 for v in values if v <= threshold) / n if n else None
+            )
+            row["results"] = results
+            row["missing_cluster_results"] = missing
+            row["missing_cluster_rate"] = missing / results if results else None
+            out.append(row)
+    return out

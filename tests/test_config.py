@@ -1,0 +1,149 @@
+"""Config and command line: validated before Spark starts, one line naming the key, exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from logmetrics.cli import main
+from logmetrics.config import Config, load_config
+from logmetrics.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+MINIMAL = """
+inputs:
+  served_logs: {path: logs}
+  clusters: {path: clusters}
+output: {warehouse: wh}
+"""
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(MINIMAL)
+    return path
+
+
+def test_defaults_fill_what_the_file_leaves_out(config_file: Path) -> None:
+    config = load_config([config_file])
+    assert config.metrics.ks == (5, 10, 20)
+    assert config.metrics.threshold == 4
+    assert config.inputs.served_logs.format == "parquet"
+    assert config.inputs.clusters.format == "delta"
+    assert config.inputs.clusters.version is None
+    assert config.backfill.days_per_chunk == 7
+
+
+def test_shipped_local_config_is_valid() -> None:
+    config = load_config([REPO / "conf" / "local.yaml"])
+    assert isinstance(config, Config)
+    assert config.output.warehouse == "warehouse"
+
+
+def test_set_overrides_any_key_with_yaml_values(config_file: Path) -> None:
+    config = load_config(
+        [config_file],
+        ["metrics.ks=[10, 3]", "metrics.threshold=2", "inputs.clusters.version=4"],
+    )
+    assert config.metrics.ks == (3, 10)
+    assert config.metrics.threshold == 2
+    assert config.inputs.clusters.version == 4
+
+
+def test_later_files_win(config_file: Path, tmp_path: Path) -> None:
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("metrics: {threshold: 6}\ninputs: {clusters: {format: parquet}}\n")
+    config = load_config([config_file, overlay])
+    assert config.metrics.threshold == 6
+    assert config.inputs.clusters.format == "parquet"
+    assert config.inputs.clusters.path == "clusters"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["metrics.kz=[1]"], "metrics.kz: unknown key"),
+        (["metrics.ks=ten"], "metrics.ks"),
+        (["metrics.ks=[0, 10]"], "metrics.ks"),
+        (["metrics.ks=[10, 10]"], "metrics.ks"),
+        (["metrics.ks=[]"], "metrics.ks"),
+        (["metrics.threshold=-1"], "metrics.threshold"),
+        (["metrics.threshold=true"], "metrics.threshold"),
+        (["inputs.served_logs.format=csv"], "inputs.served_logs.format"),
+        (["inputs.clusters.version=-2"], "inputs.clusters.version"),
+        (["inputs.served_logs.date_partition=a b"], "inputs.served_logs.date_partition"),
+        (["backfill.days_per_chunk=0"], "backfill.days_per_chunk"),
+        (["nosuchsection.key=1"], "nosuchsection: unknown key"),
+        (["metrics=1"], "--set expects section.key=value"),
+        (["output.warehouse"], "--set expects section.key=value"),
+    ],
+)
+def test_invalid_values_name_the_key(config_file: Path, overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config([config_file], overrides)
+    text = str(raised.value)
+    assert message in text
+    assert "\n" not in text
+
+
+def test_missing_required_key_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("inputs:\n  served_logs: {path: logs}\n  clusters: {path: c}\n")
+    with pytest.raises(ConfigError, match=r"^output: required key is missing$"):
+        load_config([path])
+
+
+def test_missing_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config([tmp_path / "nope.yaml"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("inputs: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config([bad])
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config([listed])
+
+
+def test_yaml_is_loaded_safely(tmp_path: Path) -> None:
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("inputs: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config([evil])
+
+
+def test_fingerprint_changes_with_what_changes_numbers(config_file: Path) -> None:
+    base = load_config([config_file])
+    assert base.fingerprint() == load_config([config_file]).fingerprint()
+    assert base.fingerprint() != load_config([config_file], ["metrics.threshold=3"]).fingerprint()
+    assert base.fingerprint() == load_config([config_file], ["spark.master=local[1]"]).fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["backfill", "--start", "2026-01-05", "--end", "2026-01-01"], "is after --end"),
+        (["backfill", "--start", "2026-13-01", "--end", "2026-01-01"], "not a valid date"),
+        (["backfill", "--start", "05/01/2026", "--end", "2026-01-01"], "not a date"),
+        (["run", "--date", "yesterday"], "not a date"),
+        (["backfill", "--start", "2026-01-01"], "--end"),
+        (["frobnicate"], "invalid choice"),
+        (["run", "--set", "metrics.ks=[-1]"], "metrics.ks"),
+    ],
+)
+def test_command_line_errors_exit_2_with_one_line(
+    config_file: Path,
+    argv: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if argv[0] in ("run", "backfill"):
+        argv = [*argv, "--config", str(config_file)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err
+    assert err.startswith("logmetrics: error:")
+    assert len(err.splitlines()) == 1

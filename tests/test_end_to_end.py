@@ -1,0 +1,246 @@
+"""End to end: generate -> backfill (the CLI, in process) -> read the Delta tables back -> check.
+
+The expected numbers come from the pure-Python reference run over the same generated files.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+import reference
+from logmetrics.cli import main
+from logmetrics.demo import generate_dataset
+from logmetrics.schemas import BY_QUERY, DAILY, column_names
+
+START = dt.date(2026, 2, 1)
+DAYS = 3
+END = START + dt.timedelta(days=DAYS - 1)
+KS = (1, 5, 10)
+THRESHOLD = 4
+RUN_COLUMNS = {"run_id", "computed_at"}
+
+
+@pytest.fixture(scope="module")
+def dataset(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("generated")
+    generate_dataset(out, START, DAYS, queries_per_day=400, seed=3, spark=spark)
+    return out
+
+
+@pytest.fixture(scope="module")
+def source_rows(dataset: Path) -> list[dict[str, Any]]:
+    table = ds.dataset(dataset / "served_logs", format="parquet", partitioning="hive").to_table(
+        columns=["request_id", "served_at", "results"]
+    )
+    return table.to_pylist()
+
+
+@pytest.fixture(scope="module")
+def cluster_rows(dataset: Path) -> list[tuple]:
+    table = ds.dataset(dataset / "clusters_parquet", format="parquet").to_table()
+    return [(r["chunk_id"], r["cluster_id"]) for r in table.to_pylist()]
+
+
+def _write_config(path: Path, dataset: Path, warehouse: Path, **extra: str) -> Path:
+    lines = [
+        "inputs:",
+        f"  served_logs: {{path: '{dataset / 'served_logs'}', format: parquet}}",
+        f"  clusters: {{path: '{dataset / 'clusters'}', format: delta}}",
+        f"output: {{warehouse: '{warehouse}'}}",
+        f"metrics: {{ks: {list(KS)}, threshold: {THRESHOLD}}}",
+        "backfill: {days_per_chunk: 2}",
+    ]
+    lines += [f"{key}: {value}" for key, value in extra.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _backfill(config: Path, start: dt.date, end: dt.date, *overrides: str) -> int:
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    return main(
+        ["backfill", "--config", str(config), "--start", str(start), "--end", str(end), *sets]
+    )
+
+
+def _table(spark: SparkSession, warehouse: Path, name: str) -> DataFrame:
+    return spark.read.format("delta").load(str(warehouse / name))
+
+
+def _rows(df: DataFrame, keys: list[str], drop: set[str] = RUN_COLUMNS) -> list[dict[str, Any]]:
+    rows = [{k: v for k, v in r.asDict().items() if k not in drop} for r in df.collect()]
+    return sorted(rows, key=lambda r: tuple(r[k] for k in keys))
+
+
+def _utc(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "served_at": row["served_at"].replace(tzinfo=dt.UTC)}
+
+
+@pytest.fixture(scope="module")
+def warehouse(spark: SparkSession, dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A warehouse backfilled once over the whole generated range, in chunks of two days."""
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    config = _write_config(tmp_path_factory.mktemp("conf") / "job.yaml", dataset, warehouse)
+    assert _backfill(config, START, END) == 0
+    return warehouse
+
+
+def test_by_query_equals_the_reference(
+    spark: SparkSession,
+    warehouse: Path,
+    source_rows: list[dict[str, Any]],
+    cluster_rows: list[tuple],
+) -> None:
+    table = _table(spark, warehouse, "unique_clusters_by_query")
+    assert table.columns == column_names(BY_QUERY)
+    got = [_utc(r) for r in _rows(table, ["metric_date", "request_id", "k"])]
+    expected = reference.by_query(source_rows, cluster_rows, KS, START, END)
+    assert len(got) == len(expected) == 400 * DAYS * len(KS)
+    assert [{k: v for k, v in r.items() if k != "cluster_table_version"} for r in got] == expected
+    assert {r["cluster_table_version"] for r in got} == {0}
+
+
+def test_daily_equals_the_reference(
+    spark: SparkSession,
+    warehouse: Path,
+    source_rows: list[dict[str, Any]],
+    cluster_rows: list[tuple],
+) -> None:
+    table = _table(spark, warehouse, "unique_clusters_daily")
+    assert table.columns == column_names(DAILY)
+    got = _rows(table, ["metric_date", "k"], RUN_COLUMNS | {"cluster_table_version"})
+    expected = reference.daily(source_rows, cluster_rows, KS, THRESHOLD, START, END)
+    assert got == expected
+    at_10 = [r for r in got if r["k"] == 10]
+    # The generator's calibration, read back through the whole job.
+    assert all(r["median"] == 6.0 for r in at_10)
+    assert all(0.08 < r["share_at_or_below_threshold"] < 0.22 for r in at_10)
+
+
+def test_rerunning_a_range_or_a_day_changes_nothing_and_touches_no_other_day(
+    spark: SparkSession, dataset: Path, tmp_path: Path
+) -> None:
+    warehouse = tmp_path / "wh"
+    config = _write_config(tmp_path / "job.yaml", dataset, warehouse)
+    assert _backfill(config, START, END) == 0
+    by_query, daily = (
+        _table(spark, warehouse, "unique_clusters_by_query"),
+        _table(spark, warehouse, "unique_clusters_daily"),
+    )
+    first_runs = {r.metric_date: r.run_id for r in daily.select("metric_date", "run_id").collect()}
+    first = (
+        _rows(by_query, ["metric_date", "request_id", "k"]),
+        _rows(daily, ["metric_date", "k"]),
+    )
+
+    assert _backfill(config, START, END) == 0  # the same range again
+    middle = START + dt.timedelta(days=1)
+    assert _backfill(config, middle, middle) == 0  # one day inside it
+
+    again = (
+        _rows(by_query, ["metric_date", "request_id", "k"]),
+        _rows(daily, ["metric_date", "k"]),
+    )
+    assert again == first
+    runs = {r.metric_date: r.run_id for r in daily.select("metric_date", "run_id").collect()}
+    # Only the re-run day was rewritten by the last run; its neighbours keep the second run's id.
+    assert runs[START] == runs[END] != runs[middle]
+    assert runs[START] != first_runs[START]
+    history = DeltaTable.forPath(spark, str(warehouse / "unique_clusters_daily")).history()
+    last = history.orderBy(F.desc("version")).first()
+    assert last is not None
+    assert last.operation == "WRITE"
+    assert middle.isoformat() in last.operationParameters["predicate"]
+
+
+def test_a_day_without_traffic_is_published_as_zero_queries(
+    spark: SparkSession, dataset: Path, tmp_path: Path
+) -> None:
+    warehouse = tmp_path / "wh"
+    config = _write_config(tmp_path / "job.yaml", dataset, warehouse)
+    later = END + dt.timedelta(days=5)
+    assert _backfill(config, later, later) == 0
+    daily = _table(spark, warehouse, "unique_clusters_daily").collect()
+    assert sorted((r.metric_date, r.k, r.queries, r.median) for r in daily) == [
+        (later, k, 0, None) for k in KS
+    ]
+    assert _table(spark, warehouse, "unique_clusters_by_query").count() == 0
+
+
+def test_pinned_cluster_table_version_is_read_and_recorded(
+    spark: SparkSession,
+    dataset: Path,
+    tmp_path: Path,
+    source_rows: list[dict[str, Any]],
+    cluster_rows: list[tuple],
+) -> None:
+    clusters = tmp_path / "clusters"
+    spark.createDataFrame(cluster_rows, "chunk_id string, cluster_id string").write.format(
+        "delta"
+    ).save(str(clusters))
+    # Version 1 merges everything into one cluster: unique_clusters would be 1 for every list.
+    spark.read.format("delta").load(str(clusters)).withColumn(
+        "cluster_id", F.lit("ONE")
+    ).write.format("delta").mode("overwrite").save(str(clusters))
+    warehouse = tmp_path / "wh"
+    config = _write_config(tmp_path / "job.yaml", dataset, warehouse)
+    assert _backfill(config, START, START, f"inputs.clusters.path={clusters}") == 0
+    latest = _table(spark, warehouse, "unique_clusters_daily").where("k = 10").first()
+    assert latest is not None
+    assert latest.cluster_table_version == 1
+    assert latest.median == 1.0
+
+    pinned = ("inputs.clusters.path=" + str(clusters), "inputs.clusters.version=0")
+    assert _backfill(config, START, START, *pinned) == 0
+    got = _rows(_table(spark, warehouse, "unique_clusters_daily"), ["metric_date", "k"], set())
+    assert {r["cluster_table_version"] for r in got} == {0}
+    expected = reference.daily(source_rows, cluster_rows, KS, THRESHOLD, START, START)
+    drop = RUN_COLUMNS | {"cluster_table_version"}
+    assert [{k: v for k, v in r.items() if k not in drop} for r in got] == expected
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "inputs.served_logs.path=/nonexistent/logs",
+            "served logs at /nonexistent/logs: path does not exist",
+        ),
+        ("inputs.clusters.version=99", "cannot read cluster table"),
+        ("inputs.clusters.path={dataset}/clusters_parquet", "cannot read cluster table"),
+    ],
+)
+def test_bad_inputs_are_one_line_and_exit_1(
+    dataset: Path,
+    tmp_path: Path,
+    override: str,
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = _write_config(tmp_path / "job.yaml", dataset, tmp_path / "wh")
+    assert _backfill(config, START, START, override.format(dataset=dataset)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("logmetrics: error:")]
+    assert len(errors) == 1 and message in errors[0], err
+    assert not any("Traceback" in line or "\tat " in line for line in err)
+
+
+def test_missing_required_column_names_it(
+    spark: SparkSession, dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "logs"
+    spark.createDataFrame(
+        [("r1", dt.datetime(2026, 2, 1, 1, tzinfo=dt.UTC))],
+        "request_id string, served_at timestamp",
+    ).write.parquet(str(logs))
+    config = _write_config(tmp_path / "job.yaml", dataset, tmp_path / "wh")
+    assert _backfill(config, START, START, f"inputs.served_logs.path={logs}") == 1
+    err = capsys.readouterr().err
+    assert "required column 'results' is missing" in err

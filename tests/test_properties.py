@@ -1,0 +1,154 @@
+"""Property tests: on random logs and cluster tables, Spark equals the pure-Python reference."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import SparkSession
+
+import reference
+from logmetrics.distributions import daily_distributions
+from logmetrics.metrics import cluster_keys, explode_windows, unique_clusters_by_request
+from logmetrics.schemas import CLUSTERS, SERVED_LOGS
+from logmetrics.sources import filter_served_between
+
+START, END = dt.date(2026, 3, 1), dt.date(2026, 3, 2)
+DAY_START = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+
+CHUNKS = [f"ch{i}" for i in range(9)] + ["s:ch1", "ÜNI'\"\n"]
+CLUSTER_IDS = ["A", "B", "C", "s:ch2", "ch3"]
+
+entries = st.lists(
+    st.one_of(
+        st.none(),
+        st.tuples(
+            st.one_of(st.none(), st.integers(-2, 12)),
+            st.one_of(st.none(), st.sampled_from(CHUNKS)),
+        ),
+    ),
+    max_size=14,
+)
+# Seconds from the window's start, at the midnight boundaries too, and a little outside it.
+offsets = st.one_of(
+    st.sampled_from([-1, 0, 86_399, 86_400, 172_799, 172_800]), st.integers(-3600, 176_400)
+)
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for i in range(draw(st.integers(0, 14))):
+        row = {
+            "request_id": draw(st.one_of(st.just(f"r{i}"), st.sampled_from(["r0", "r1", None]))),
+            "served_at": DAY_START + dt.timedelta(seconds=draw(offsets)),
+            "results": draw(st.one_of(entries, st.none())),
+        }
+        if draw(st.integers(0, 9)) == 0:
+            row["served_at"] = None
+        rows.append(row)
+        if rows and draw(st.booleans()):  # a redelivery: identical, or served at another second
+            copy = dict(draw(st.sampled_from(rows)))
+            if copy["served_at"] is not None and draw(st.booleans()):
+                copy["served_at"] += dt.timedelta(seconds=draw(st.integers(1, 3600)))
+            rows.append(copy)
+    return _without_same_time_conflicts(rows)
+
+
+def _without_same_time_conflicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rules keep the earliest copy; copies at the same instant must then be identical."""
+    seen: dict[tuple[Any, Any], Any] = {}
+    out = []
+    for row in rows:
+        key = (row["request_id"], row["served_at"])
+        if key in seen and seen[key] != row["results"]:
+            continue
+        seen[key] = row["results"]
+        out.append(row)
+    return out
+
+
+clusters = st.lists(
+    st.tuples(
+        st.one_of(st.sampled_from(CHUNKS), st.none()),
+        st.one_of(st.sampled_from(CLUSTER_IDS), st.none()),
+    ),
+    max_size=14,
+)
+ks = st.lists(st.integers(1, 12), min_size=1, max_size=4, unique=True).map(
+    lambda values: tuple(sorted(values))
+)
+
+
+def _spark_rows(rows: list[dict[str, Any]]) -> list[tuple]:
+    return [
+        (
+            r["request_id"],
+            r["served_at"],
+            None
+            if r["results"] is None
+            else [None if e is None else {"rank": e[0], "chunk_id": e[1]} for e in r["results"]],
+        )
+        for r in rows
+    ]
+
+
+def _reference_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            **r,
+            "results": None
+            if r["results"] is None
+            else [None if e is None else {"rank": e[0], "chunk_id": e[1]} for e in r["results"]],
+        }
+        for r in rows
+    ]
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(rows=logs(), cluster_rows=clusters, ks=ks, threshold=st.integers(0, 6))
+def test_spark_equals_reference(
+    spark: SparkSession,
+    rows: list[dict[str, Any]],
+    cluster_rows: list[tuple],
+    ks: tuple[int, ...],
+    threshold: int,
+) -> None:
+    logs_df = spark.createDataFrame(_spark_rows(rows), SERVED_LOGS).transform(
+        filter_served_between, START, END
+    )
+    clusters_df = spark.createDataFrame(cluster_rows, CLUSTERS)
+    by_query_df = unique_clusters_by_request(logs_df, cluster_keys(clusters_df), ks).transform(
+        explode_windows
+    )
+    got = sorted(
+        (r.asDict() for r in by_query_df.collect()),
+        key=lambda r: (r["metric_date"], r["request_id"], r["k"]),
+    )
+    expected = reference.by_query(_reference_rows(rows), cluster_rows, ks, START, END)
+    assert [_comparable(r) for r in got] == [_comparable(r) for r in expected]
+
+    calendar = spark.createDataFrame(
+        [(d, k) for d in reference.dates_between(START, END) for k in ks],
+        "metric_date date, k int",
+    )
+    daily_df = daily_distributions(by_query_df, calendar, max(ks), threshold)
+    got_daily = sorted(
+        (r.asDict() for r in daily_df.collect()), key=lambda r: (r["metric_date"], r["k"])
+    )
+    expected_daily = reference.daily(_reference_rows(rows), cluster_rows, ks, threshold, START, END)
+    assert got_daily == expected_daily
+
+
+def _comparable(row: dict[str, Any]) -> dict[str, Any]:
+    """Spark hands timestamps back naive, in the process's time zone (UTC in tests)."""
+    served_at = row["served_at"]
+    if served_at.tzinfo is None:
+        served_at = served_at.replace(tzinfo=dt.UTC)
+    return {**row, "served_at": served_at}
