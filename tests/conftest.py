@@ -29,6 +29,7 @@ TEST_CONF = {
 # Spark hands timestamps back as naive datetimes in the process's time zone: make that UTC.
 os.environ["TZ"] = "UTC"
 time.tzset()
+os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,8 @@ from logmetrics.cli import main
 from logmetrics.demo import generate_dataset
 from logmetrics.schemas import BY_QUERY, DAILY, column_names
 
+pytestmark = pytest.mark.slow
+
 START = dt.date(2026, 2, 1)
 DAYS = 3
 END = START + dt.timedelta(days=DAYS - 1)

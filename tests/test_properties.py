@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
@@ -14,6 +15,8 @@ from logmetrics.distributions import daily_distributions
 from logmetrics.metrics import cluster_keys, explode_windows, unique_clusters_by_request
 from logmetrics.schemas import CLUSTERS, SERVED_LOGS
 from logmetrics.sources import filter_served_between
+
+pytestmark = pytest.mark.slow
 
 START, END = dt.date(2026, 3, 1), dt.date(2026, 3, 2)
 DAY_START = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)

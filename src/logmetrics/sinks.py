@@ -8,6 +8,8 @@ other dates are untouched, and readers never see half a day (Delta commits are a
 from __future__ import annotations
 
 import datetime as dt
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,6 +49,9 @@ class RunStamp:
 
 
 def table_location(warehouse: str, table: Table) -> str:
+    """`<warehouse>/<table>`; a local relative warehouse is made absolute (Delta needs it)."""
+    if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", warehouse):
+        warehouse = os.path.abspath(warehouse)
     return f"{warehouse.rstrip('/')}/{table.name}"
 
 

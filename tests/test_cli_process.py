@@ -1,0 +1,77 @@
+"""The real command in its own process: local Spark starts with Delta, errors stay one line."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from logmetrics.synthetic import generate
+
+pytestmark = pytest.mark.slow
+
+START = dt.date(2026, 4, 1)
+
+
+def _logmetrics(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "logmetrics.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_backfill_in_a_fresh_process_then_a_missing_column(tmp_path: Path) -> None:
+    generate(tmp_path / "data", START, days=2, queries_per_day=50, seed=5)
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        "inputs:\n"
+        "  served_logs: {path: data/served_logs}\n"
+        "  clusters: {path: data/clusters_parquet, format: parquet}\n"
+        "output: {warehouse: wh}\n"
+        "spark: {master: 'local[1]', driver_memory: 1g}\n"
+    )
+    ok = _logmetrics(
+        "backfill",
+        "--config",
+        "job.yaml",
+        "--start",
+        "2026-04-01",
+        "--end",
+        "2026-04-02",
+        cwd=tmp_path,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "2/2 days done" in ok.stderr
+    assert (tmp_path / "wh" / "unique_clusters_daily" / "_delta_log").is_dir()
+    assert list((tmp_path / "logs").glob("spark-*.log"))  # the JVM's output went to the log
+    assert ":: resolution report ::" not in ok.stderr + ok.stdout
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    pq.write_table(pa.table({"request_id": ["r"], "served_at": [1]}), broken / "part.parquet")
+    bad = _logmetrics(
+        "run",
+        "--config",
+        "job.yaml",
+        "--date",
+        "2026-04-01",
+        "--set",
+        "inputs.served_logs.path=broken",
+        cwd=tmp_path,
+    )
+    assert bad.returncode == 1
+    lines = bad.stderr.strip().splitlines()
+    assert lines[-1] == (
+        "logmetrics: error: served logs at broken: required column 'results' is missing "
+        "(found: request_id, served_at)"
+    )
+    assert not any("Traceback" in line or "\tat " in line for line in lines)

@@ -1,0 +1,133 @@
+"""Readers: every input format, lossless conversions, partition pruning and clear errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from logmetrics.config import ClustersInput, ServedLogsInput
+from logmetrics.errors import InputError
+from logmetrics.schemas import SERVED_LOGS
+from logmetrics.sources import read_clusters, read_served_logs
+
+DAY = dt.date(2026, 2, 1)
+ROWS = [
+    ("r1", dt.datetime(2026, 2, 1, 0, 0, tzinfo=dt.UTC), [(2, "b"), (1, "a")]),
+    ("r2", dt.datetime(2026, 2, 1, 23, 59, 59, tzinfo=dt.UTC), []),
+    ("r3", dt.datetime(2026, 1, 31, 23, 59, 59, tzinfo=dt.UTC), [(1, "a")]),  # the day before
+    ("r4", dt.datetime(2026, 2, 2, 0, 0, tzinfo=dt.UTC), [(1, "a")]),  # the day after
+]
+IN_DAY = ["r1", "r2"]
+
+
+def _ids(spark: SparkSession, source: ServedLogsInput) -> list[str]:
+    df = read_served_logs(spark, source, DAY, DAY)
+    return sorted(r.request_id for r in df.select("request_id").collect())
+
+
+def test_parquet_delta_and_json_read_the_same_rows(spark: SparkSession, tmp_path: Path) -> None:
+    df = spark.createDataFrame(ROWS, SERVED_LOGS)
+    df.write.parquet(str(tmp_path / "pq"))
+    df.write.format("delta").save(str(tmp_path / "delta"))
+    with open(tmp_path / "logs.jsonl", "w") as out:
+        for request_id, served_at, results in ROWS:
+            entries = [{"rank": r, "chunk_id": c} for r, c in results]
+            line = {
+                "request_id": request_id,
+                "served_at": served_at.isoformat(),
+                "results": entries,
+            }
+            out.write(json.dumps(line) + "\n")
+    expected = read_served_logs(spark, ServedLogsInput(path=str(tmp_path / "pq")), DAY, DAY)
+    for fmt, path in (("delta", "delta"), ("json", "logs.jsonl")):
+        source = ServedLogsInput(path=str(tmp_path / path), format=fmt)
+        got = read_served_logs(spark, source, DAY, DAY)
+        assertDataFrameEqual(got.select(*SERVED_LOGS.names), expected.select(*SERVED_LOGS.names))
+    assert _ids(spark, ServedLogsInput(path=str(tmp_path / "pq"))) == IN_DAY
+
+
+def test_date_partitions_are_pruned(spark: SparkSession, tmp_path: Path) -> None:
+    # A partition far from the requested day holds garbage: reading it would fail.
+    spark.createDataFrame(ROWS, SERVED_LOGS).write.parquet(str(tmp_path / "date=2026-02-01"))
+    (tmp_path / "date=2026-03-01").mkdir()
+    (tmp_path / "date=2026-03-01" / "part-0.parquet").write_bytes(b"not parquet at all")
+    source = ServedLogsInput(path=str(tmp_path))
+    assert _ids(spark, source) == IN_DAY
+
+
+def test_lossless_variants_are_converted(spark: SparkSession, tmp_path: Path) -> None:
+    # int64 ids and ranks, a timestamp without time zone (read as UTC).
+    entry = pa.struct([("rank", pa.int64()), ("chunk_id", pa.int64())])
+    table = pa.table(
+        {
+            "request_id": pa.array([7, 8], pa.int64()),
+            "served_at": pa.array(
+                [dt.datetime(2026, 2, 1, 23, 30), dt.datetime(2026, 2, 2, 0, 30)],
+                pa.timestamp("us"),
+            ),
+            "results": pa.array([[{"rank": 2, "chunk_id": 10}], []], pa.list_(entry)),
+            "surface": ["web", "app"],
+        }
+    )
+    pq.write_table(table, tmp_path / "part.parquet")
+    df = read_served_logs(spark, ServedLogsInput(path=str(tmp_path)), DAY, DAY)
+    rows = df.collect()
+    assert [(r.request_id, r.results[0].chunk_id, r.surface) for r in rows] == [("7", "10", "web")]
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (
+            pa.table({"request_id": ["r"], "results": [[]]}),
+            "required column 'served_at' is missing",
+        ),
+        (
+            pa.table({"request_id": ["r"], "served_at": [1.5], "results": [[]]}),
+            "column 'served_at' must be a timestamp, found double",
+        ),
+        (
+            pa.table(
+                {"request_id": ["r"], "served_at": [dt.datetime(2026, 2, 1)], "results": ["x"]}
+            ),
+            "column 'results' must be array<struct<rank:int,chunk_id:string>>, found string",
+        ),
+        (
+            pa.table(
+                {
+                    "request_id": ["r"],
+                    "served_at": [dt.datetime(2026, 2, 1)],
+                    "results": [[{"rank": "first", "chunk_id": "a"}]],
+                }
+            ),
+            "column 'results.rank' must be an integer, found string",
+        ),
+    ],
+)
+def test_off_contract_columns_are_named(
+    spark: SparkSession, tmp_path: Path, table: pa.Table, message: str
+) -> None:
+    pq.write_table(table, tmp_path / "part.parquet")
+    with pytest.raises(InputError, match="served logs at") as raised:
+        read_served_logs(spark, ServedLogsInput(path=str(tmp_path)), DAY, DAY)
+    assert message in str(raised.value)
+
+
+def test_missing_paths_and_non_delta_cluster_table(spark: SparkSession, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="path does not exist"):
+        read_served_logs(spark, ServedLogsInput(path=str(tmp_path / "nope")), DAY, DAY)
+    spark.createDataFrame([("a", "A")], "chunk_id string, cluster_id string").write.parquet(
+        str(tmp_path / "clusters")
+    )
+    with pytest.raises(InputError, match="cannot read cluster table"):
+        read_clusters(spark, ClustersInput(path=str(tmp_path / "clusters")))
+    parquet = read_clusters(spark, ClustersInput(path=str(tmp_path / "clusters"), format="parquet"))
+    assert parquet.version is None
+    assert parquet.df.collect()[0].asDict() == {"chunk_id": "a", "cluster_id": "A"}
