@@ -28,6 +28,7 @@ END = START + dt.timedelta(days=DAYS - 1)
 KS = (1, 5, 10)
 THRESHOLD = 4
 RUN_COLUMNS = {"run_id", "computed_at"}
+QUALITY = {"dq_passed", "rows_read", "duplicate_rows", "quarantined_rows", "quarantined_entries"}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def dataset(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Pa
 @pytest.fixture(scope="module")
 def source_rows(dataset: Path) -> list[dict[str, Any]]:
     table = ds.dataset(dataset / "served_logs", format="parquet", partitioning="hive").to_table(
-        columns=["request_id", "served_at", "results"]
+        columns=["request_id", "served_at", "results", "date"]
     )
     return table.to_pylist()
 
@@ -59,6 +60,8 @@ def _write_config(path: Path, dataset: Path, warehouse: Path, **extra: str) -> P
         f"output: {{warehouse: '{warehouse}'}}",
         f"metrics: {{ks: {list(KS)}, threshold: {THRESHOLD}}}",
         "backfill: {days_per_chunk: 2}",
+        # 400 queries a day: the generator's one malformed row would fail the default 0.1% gate.
+        "quality: {max_malformed_rate: 0.01}",
     ]
     lines += [f"{key}: {value}" for key, value in extra.items()]
     path.write_text("\n".join(lines) + "\n")
@@ -117,13 +120,78 @@ def test_daily_equals_the_reference(
 ) -> None:
     table = _table(spark, warehouse, "unique_clusters_daily")
     assert table.columns == column_names(DAILY)
-    got = _rows(table, ["metric_date", "k"], RUN_COLUMNS | {"cluster_table_version"})
+    got = _rows(table, ["metric_date", "k"], RUN_COLUMNS | {"cluster_table_version"} | QUALITY)
     expected = reference.daily(source_rows, cluster_rows, KS, THRESHOLD, START, END)
     assert got == expected
     at_10 = [r for r in got if r["k"] == 10]
     # The generator's calibration, read back through the whole job.
     assert all(r["median"] == 6.0 for r in at_10)
     assert all(0.08 < r["share_at_or_below_threshold"] < 0.22 for r in at_10)
+
+
+def _expected_accounting(rows: list[dict[str, Any]]) -> dict[dt.date, dict[str, int]]:
+    """Per day, from the raw rows: rows read, duplicates, malformed rows, entries set aside."""
+    out: dict[dt.date, dict[str, int]] = {}
+    kept: dict[tuple[dt.date, str], dict[str, Any]] = {}
+    for row in rows:
+        served_at = row["served_at"]
+        day = (
+            served_at.astimezone(dt.UTC).date() if served_at else dt.date.fromisoformat(row["date"])
+        )
+        if not START <= day <= END:
+            continue
+        counts = out.setdefault(day, dict.fromkeys(["rows", "dup", "malformed", "entries"], 0))
+        counts["rows"] += 1
+        if row["request_id"] is None or served_at is None or row["results"] is None:
+            counts["malformed"] += 1
+        elif (day, row["request_id"]) in kept:
+            counts["dup"] += 1
+        else:
+            kept[(day, row["request_id"])] = row
+            counts["entries"] += sum(
+                1 for e in row["results"] if e is None or None in (e["rank"], e["chunk_id"])
+            )
+    return out
+
+
+def test_every_row_is_accounted_for_and_quarantined_with_a_reason(
+    spark: SparkSession, warehouse: Path, source_rows: list[dict[str, Any]]
+) -> None:
+    expected = _expected_accounting(source_rows)
+    daily = _table(spark, warehouse, "unique_clusters_daily").where("k = 10").collect()
+    for row in daily:
+        want = expected[row.metric_date]
+        assert (row.rows_read, row.duplicate_rows, row.quarantined_rows) == (
+            want["rows"],
+            want["dup"],
+            want["malformed"],
+        )
+        assert row.quarantined_entries == want["entries"]
+        assert row.rows_read == row.queries + row.duplicate_rows + row.quarantined_rows
+        assert row.dq_passed is True
+    quarantine = _table(spark, warehouse, "quarantine")
+    by_day = {
+        (r.metric_date, r.kind): r["count"]
+        for r in quarantine.withColumn(
+            "kind",
+            F.when(F.col("reason").isin("null_chunk_id", "null_rank"), "entry").otherwise("row"),
+        )
+        .groupBy("metric_date", "kind")
+        .count()
+        .collect()
+    }
+    for day, want in expected.items():
+        assert by_day.get((day, "row"), 0) == want["malformed"]
+        assert by_day.get((day, "entry"), 0) == want["entries"]
+    assert sum(want["malformed"] for want in expected.values()) > 0  # the data has some
+    reasons = {r.reason for r in quarantine.select("reason").distinct().collect()}
+    assert reasons <= {
+        "null_request_id",
+        "null_served_at",
+        "null_results",
+        "null_chunk_id",
+        "null_rank",
+    }
 
 
 def test_rerunning_a_range_or_a_day_changes_nothing_and_touches_no_other_day(
@@ -204,7 +272,7 @@ def test_pinned_cluster_table_version_is_read_and_recorded(
     got = _rows(_table(spark, warehouse, "unique_clusters_daily"), ["metric_date", "k"], set())
     assert {r["cluster_table_version"] for r in got} == {0}
     expected = reference.daily(source_rows, cluster_rows, KS, THRESHOLD, START, START)
-    drop = RUN_COLUMNS | {"cluster_table_version"}
+    drop = RUN_COLUMNS | {"cluster_table_version"} | QUALITY
     assert [{k: v for k, v in r.items() if k not in drop} for r in got] == expected
 
 

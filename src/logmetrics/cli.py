@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from logmetrics.config import Config, load_config
-from logmetrics.errors import ConfigError, LogmetricsError
+from logmetrics.errors import ConfigError, LogmetricsError, QualityGateFailed
 
 log = logging.getLogger("logmetrics")
 
@@ -185,6 +185,12 @@ def _compute(config: Config, start: dt.date, end: dt.date) -> int:
         summary.queries,
         summary.cluster_table_version,
     )
+    failures = summary.failures()
+    if failures and config.quality.on_failure == "fail":
+        held = "\n".join(f"  not published: {line}" for line in failures)
+        raise QualityGateFailed(f"{len(failures)} day(s) failed a blocking quality check\n{held}")
+    for line in failures:
+        log.warning("quality check failed (published with dq_passed = false): %s", line)
     return 0
 
 

@@ -98,6 +98,50 @@ class BackfillConfig(_Section):
     )
 
 
+Severity = Literal["blocking", "warning"]
+
+
+class QualitySeverity(_Section):
+    """Per check: a failed `blocking` check keeps the day from being published (on_failure: fail)."""
+
+    missing_cluster_rate: Severity = "blocking"
+    malformed_rate: Severity = "blocking"
+    positive_ranks: Severity = "warning"
+    unique_request_ids: Severity = "blocking"
+    unique_cluster_chunk_ids: Severity = "warning"
+    non_empty_cluster_ids: Severity = "warning"
+    volume: Severity = "warning"
+
+
+class QualityConfig(_Section):
+    """Data-quality gates (great-expectations), evaluated for every computed day."""
+
+    enabled: bool = Field(default=True, description="Run the gates at all.")
+    on_failure: Literal["fail", "warn"] = Field(
+        default="fail",
+        description=(
+            "fail: a day failing a blocking check is not published and the run exits non-zero; "
+            "warn: every day is published with dq_passed = false where a blocking check failed."
+        ),
+    )
+    max_missing_cluster_rate: float = Field(
+        default=0.01, ge=0, le=1, description="Max share of valid entries unknown to the table."
+    )
+    max_malformed_rate: float = Field(
+        default=0.001, ge=0, le=1, description="Max share of rows read that are malformed."
+    )
+    min_volume_ratio: float = Field(
+        default=0.5, ge=0, description="Min queries / mean queries of the trailing window."
+    )
+    volume_window_days: StrictInt = Field(
+        default=7, ge=1, le=90, description="Days before a day that its volume is compared to."
+    )
+    missing_chunks_top_n: StrictInt = Field(
+        default=100, ge=1, description="Rows per day in missing_cluster_chunks."
+    )
+    severity: QualitySeverity = QualitySeverity()
+
+
 class SparkConfig(_Section):
     master: str = Field(
         default="local[*]",
@@ -135,6 +179,7 @@ class Config(_Section):
     output: OutputConfig
     metrics: MetricsConfig = MetricsConfig()
     backfill: BackfillConfig = BackfillConfig()
+    quality: QualityConfig = QualityConfig()
     spark: SparkConfig = SparkConfig()
 
     def fingerprint(self) -> str:

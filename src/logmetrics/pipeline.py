@@ -1,7 +1,10 @@
-"""Wires one date range through the flow: read -> metrics -> distributions -> publish.
+"""Wires one date range through the flow, a chunk of days at a time:
 
-No Spark logic of its own: it reads, calls the transforms in `metrics` and `distributions`,
-and hands the results to `sinks`, one chunk of days at a time so months fit on one machine.
+    read -> one pass to per-request rows (persisted) -> facts -> quality gates
+         -> quarantine, data_quality, missing_cluster_chunks -> publish the days that may be
+
+No Spark logic of its own: it reads, calls the transforms in `metrics`, `distributions` and
+`quality.facts`, asks `quality` for a verdict, and hands the results to `sinks`.
 """
 
 from __future__ import annotations
@@ -9,17 +12,50 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+import pandas as pd
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import DateType, IntegerType, StructField, StructType
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    DateType,
+    IntegerType,
+    LongType,
+    StructField,
+    StructType,
+)
 
 from logmetrics.config import Config
 from logmetrics.distributions import daily_distributions
-from logmetrics.metrics import cluster_keys, explode_windows, unique_clusters_by_request
-from logmetrics.sinks import BY_QUERY_TABLE, DAILY_TABLE, RunStamp, replace_dates, with_run_stamp
+from logmetrics.metrics import (
+    cluster_keys,
+    explode_windows,
+    filter_served_requests,
+    requests_by_key,
+)
+from logmetrics.quality.facts import (
+    cluster_facts,
+    day_facts,
+    quarantined_rows,
+    top_missing_chunks,
+)
+from logmetrics.quality.gx_suite import CheckResult, evaluate
+from logmetrics.quality.policy import DayVerdict, describe, verdicts
+from logmetrics.sinks import (
+    BY_QUERY_TABLE,
+    DAILY_TABLE,
+    DATA_QUALITY_TABLE,
+    MISSING_CLUSTER_CHUNKS_TABLE,
+    QUARANTINE_TABLE,
+    RunStamp,
+    read_table,
+    replace_dates,
+    with_run_stamp,
+)
 from logmetrics.sources import read_clusters, read_served_logs
 
 log = logging.getLogger(__name__)
@@ -29,6 +65,8 @@ log = logging.getLogger(__name__)
 class DayResult:
     metric_date: dt.date
     queries: int
+    published: bool
+    verdict: DayVerdict
 
 
 @dataclass
@@ -40,6 +78,14 @@ class RunSummary:
     @property
     def queries(self) -> int:
         return sum(day.queries for day in self.days)
+
+    def failures(self) -> list[str]:
+        """One line per day that failed a blocking check: the check and the observed value."""
+        return [
+            "; ".join(describe(check) for check in day.verdict.blocking_failures)
+            for day in self.days
+            if not day.verdict.passed
+        ]
 
 
 def date_chunks(start: dt.date, end: dt.date, days_per_chunk: int) -> Iterator[list[dt.date]]:
@@ -59,10 +105,13 @@ def run_range(
     run_id: str,
     computed_at: dt.datetime,
 ) -> RunSummary:
-    """Compute and publish every date in start..end; other dates are never touched."""
+    """Compute every date in start..end and publish the ones the failure policy allows; other
+    dates are never touched."""
     clusters = read_clusters(spark, config.inputs.clusters)
     stamp = RunStamp(run_id, computed_at, clusters.version)
     keys_df = cluster_keys(clusters.df).persist(StorageLevel.MEMORY_AND_DISK)
+    cluster_counts = cluster_facts(clusters.df).first()
+    assert cluster_counts is not None  # a global aggregate always has one row
     summary = RunSummary(run_id=run_id, cluster_table_version=clusters.version)
     total_days = (end - start).days + 1
     log.info(
@@ -77,7 +126,8 @@ def run_range(
     try:
         for dates in date_chunks(start, end, config.backfill.days_per_chunk):
             chunk_began = time.monotonic()
-            days = _compute_and_publish(spark, config, dates, keys_df, stamp)
+            chunk = _Chunk(spark, config, dates, stamp, cluster_counts.asDict())
+            days = chunk.compute_and_publish(keys_df)
             summary.days.extend(days)
             _log_progress(summary, days, total_days, chunk_began, began)
     finally:
@@ -85,45 +135,184 @@ def run_range(
     return summary
 
 
-def _compute_and_publish(
-    spark: SparkSession,
-    config: Config,
-    dates: list[dt.date],
-    keys_df: DataFrame,
-    stamp: RunStamp,
-) -> list[DayResult]:
-    logs_df = read_served_logs(spark, config.inputs.served_logs, dates[0], dates[-1])
-    requests_df = unique_clusters_by_request(logs_df, keys_df, config.metrics.ks).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
-    try:
-        by_query_df = requests_df.transform(explode_windows)
+class _Chunk:
+    """One chunk of days: computed from one read of the logs, then checked and published."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: Config,
+        dates: list[dt.date],
+        stamp: RunStamp,
+        cluster_counts: dict[str, Any],
+    ) -> None:
+        self.spark = spark
+        self.config = config
+        self.dates = dates
+        self.stamp = stamp
+        self.cluster_counts = cluster_counts
+
+    def compute_and_publish(self, keys_df: DataFrame) -> list[DayResult]:
+        config = self.config
+        logs_df = read_served_logs(
+            self.spark, config.inputs.served_logs, self.dates[0], self.dates[-1]
+        )
+        requests_df = requests_by_key(logs_df, keys_df, config.metrics.ks).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        try:
+            facts = pd.DataFrame(day_facts(requests_df, self._days_df()).toPandas())
+            checks = self._checks(facts)
+            day_verdicts = verdicts(self.dates, checks)
+            self._write_diagnostics(requests_df, checks)
+            publish = [
+                v.metric_date
+                for v in day_verdicts
+                if v.passed or config.quality.on_failure == "warn"
+            ]
+            if publish:
+                self._publish(requests_df, facts, day_verdicts, publish)
+        finally:
+            requests_df.unpersist()
+        queries = dict(zip(facts["metric_date"], facts["queries"], strict=True))
+        return [
+            DayResult(v.metric_date, int(queries[v.metric_date]), v.metric_date in publish, v)
+            for v in day_verdicts
+        ]
+
+    def _checks(self, facts: pd.DataFrame) -> list[CheckResult]:
+        if not self.config.quality.enabled:
+            return []
+        judged = facts.assign(**self.cluster_counts)
+        judged["trailing_queries_mean"] = self._trailing_queries_mean(facts)
+        return evaluate(judged, self.config.quality)
+
+    def _trailing_queries_mean(self, facts: pd.DataFrame) -> list[float | None]:
+        """Mean queries of the `volume_window_days` days before each day: published days from
+        earlier runs, and this chunk's own days."""
+        window = self.config.quality.volume_window_days
+        first = self.dates[0] - dt.timedelta(days=window)
+        known = self._published_queries(first, self.dates[0] - dt.timedelta(days=1))
+        known.update(zip(facts["metric_date"], (int(q) for q in facts["queries"]), strict=True))
+        means: list[float | None] = []
+        for day in facts["metric_date"]:
+            before = [
+                known[d]
+                for d in (day - dt.timedelta(days=i) for i in range(1, window + 1))
+                if d in known
+            ]
+            means.append(sum(before) / len(before) if before else None)
+        return means
+
+    def _published_queries(self, first: dt.date, last: dt.date) -> dict[dt.date, int]:
+        daily = read_table(self.spark, self.config.output.warehouse, DAILY_TABLE)
+        if daily is None:
+            return {}
+        rows = (
+            daily.where(
+                F.col("metric_date").between(F.lit(first), F.lit(last))
+                & (F.col("k") == min(self.config.metrics.ks))
+            )
+            .select("metric_date", "queries")
+            .collect()
+        )
+        return {row.metric_date: int(row.queries) for row in rows}
+
+    def _write_diagnostics(self, requests_df: DataFrame, checks: list[CheckResult]) -> None:
+        """quarantine, missing_cluster_chunks and data_quality: written for every day, pass or
+        fail, so that no row vanishes without a trace and every verdict is on record."""
+        warehouse, stamp = self.config.output.warehouse, self.stamp
+        quarantine_df = with_run_stamp(quarantined_rows(requests_df), stamp)
+        replace_dates(self.spark, quarantine_df, warehouse, QUARANTINE_TABLE, self.dates)
+        missing_df = top_missing_chunks(requests_df, self.config.quality.missing_chunks_top_n)
+        replace_dates(
+            self.spark,
+            with_run_stamp(missing_df, stamp),
+            warehouse,
+            MISSING_CLUSTER_CHUNKS_TABLE,
+            self.dates,
+        )
+        if self.config.quality.enabled:
+            checks_df = self.spark.createDataFrame(
+                [
+                    (c.metric_date, c.check, c.success, c.observed_value, c.threshold)
+                    + (c.severity, c.details)
+                    for c in checks
+                ],
+                "metric_date date, check string, success boolean, observed_value double, "
+                "threshold double, severity string, details string",
+            )
+            replace_dates(
+                self.spark,
+                with_run_stamp(checks_df, stamp),
+                warehouse,
+                DATA_QUALITY_TABLE,
+                self.dates,
+            )
+
+    def _publish(
+        self,
+        requests_df: DataFrame,
+        facts: pd.DataFrame,
+        day_verdicts: Sequence[DayVerdict],
+        publish: list[dt.date],
+    ) -> None:
+        """unique_clusters_by_query, then unique_clusters_daily: exactly the `publish` days."""
+        config, warehouse = self.config, self.config.output.warehouse
+        by_query_df = (
+            requests_df.transform(filter_served_requests)
+            .where(F.col("metric_date").isin(publish))
+            .transform(explode_windows)
+        )
         daily_df = daily_distributions(
             by_query_df,
-            _calendar(spark, dates, config.metrics.ks),
+            self._calendar(publish),
             max_k=max(config.metrics.ks),
             threshold=config.metrics.threshold,
+        ).join(self._day_status(facts, day_verdicts), on="metric_date", how="inner")
+        replace_dates(
+            self.spark, with_run_stamp(by_query_df, self.stamp), warehouse, BY_QUERY_TABLE, publish
         )
-        warehouse = config.output.warehouse
-        replace_dates(spark, with_run_stamp(by_query_df, stamp), warehouse, BY_QUERY_TABLE, dates)
-        daily_df = with_run_stamp(daily_df, stamp).persist(StorageLevel.MEMORY_AND_DISK)
-        replace_dates(spark, daily_df, warehouse, DAILY_TABLE, dates)
-        k0 = min(config.metrics.ks)
-        queries = {
-            row["metric_date"]: row["queries"]
-            for row in daily_df.where(daily_df.k == k0).select("metric_date", "queries").collect()
-        }
-        daily_df.unpersist()
-    finally:
-        requests_df.unpersist()
-    return [DayResult(d, queries.get(d, 0)) for d in dates]
+        replace_dates(
+            self.spark, with_run_stamp(daily_df, self.stamp), warehouse, DAILY_TABLE, publish
+        )
 
+    def _days_df(self) -> DataFrame:
+        schema = StructType([StructField("metric_date", DateType(), False)])
+        return self.spark.createDataFrame([(d,) for d in self.dates], schema)
 
-def _calendar(spark: SparkSession, dates: list[dt.date], ks: tuple[int, ...]) -> DataFrame:
-    schema = StructType(
-        [StructField("metric_date", DateType(), False), StructField("k", IntegerType(), False)]
-    )
-    return spark.createDataFrame([(d, k) for d in dates for k in ks], schema)
+    def _calendar(self, dates: list[dt.date]) -> DataFrame:
+        schema = StructType(
+            [StructField("metric_date", DateType(), False), StructField("k", IntegerType(), False)]
+        )
+        return self.spark.createDataFrame(
+            [(d, k) for d in dates for k in self.config.metrics.ks], schema
+        )
+
+    def _day_status(self, facts: pd.DataFrame, day_verdicts: Sequence[DayVerdict]) -> DataFrame:
+        passed = {v.metric_date: v.passed for v in day_verdicts}
+        rows = [
+            (
+                r.metric_date,
+                passed[r.metric_date],
+                int(r.rows_read),
+                int(r.duplicate_rows),
+                int(r.malformed_rows),
+                int(r.quarantined_entries),
+            )
+            for r in facts.itertuples()
+        ]
+        schema = StructType(
+            [
+                StructField("metric_date", DateType(), False),
+                StructField("dq_passed", BooleanType(), False),
+                StructField("rows_read", LongType(), False),
+                StructField("duplicate_rows", LongType(), False),
+                StructField("quarantined_rows", LongType(), False),
+                StructField("quarantined_entries", LongType(), False),
+            ]
+        )
+        return self.spark.createDataFrame(rows, schema)
 
 
 def _log_progress(
@@ -137,12 +326,14 @@ def _log_progress(
     elapsed = time.monotonic() - began
     rate = done / elapsed if elapsed > 0 else 0.0
     eta = (total_days - done) / rate if rate > 0 else 0.0
+    held = [str(d.metric_date) for d in days if not d.published]
     log.info(
-        "%s..%s: %d queries in %.1fs | %d/%d days done, %.2f days/s, ETA %s",
+        "%s..%s: %d queries in %.1fs%s | %d/%d days done, %.2f days/s, ETA %s",
         days[0].metric_date,
         days[-1].metric_date,
         sum(d.queries for d in days),
         time.monotonic() - chunk_began,
+        f", NOT published (quality): {', '.join(held)}" if held else "",
         done,
         total_days,
         rate,

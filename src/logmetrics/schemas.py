@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import (
     ArrayType,
+    BooleanType,
     DataType,
     DateType,
     DoubleType,
@@ -127,6 +128,71 @@ DAILY = StructType(
             DoubleType(),
             "missing_cluster_results / results (null when there are no results).",
         ),
+        _field(
+            "dq_passed",
+            BooleanType(),
+            "True when every blocking data-quality check passed for the day.",
+            False,
+        ),
+        _field(
+            "rows_read",
+            LongType(),
+            "Log rows read for the day: queries + duplicate_rows + quarantined_rows.",
+            False,
+        ),
+        _field("duplicate_rows", LongType(), "Redelivered copies of a request, not counted.", False),
+        _field(
+            "quarantined_rows",
+            LongType(),
+            "Malformed rows (null request_id, served_at or results), in the quarantine table.",
+            False,
+        ),
+        _field(
+            "quarantined_entries",
+            LongType(),
+            "Entries with a null chunk_id or rank, dropped and in the quarantine table.",
+            False,
+        ),
+        *_RUN_FIELDS,
+    ]
+)
+
+DATA_QUALITY = StructType(
+    [
+        _field("metric_date", DateType(), "The day checked.", False),
+        _field("check", StringType(), "Check name, e.g. missing_cluster_rate.", False),
+        _field("success", BooleanType(), "Whether the day passed the check.", False),
+        _field("observed_value", DoubleType(), "The day's value (null when undefined)."),
+        _field("threshold", DoubleType(), "The bound the value is held to."),
+        _field("severity", StringType(), "blocking (keeps a day unpublished) or warning.", False),
+        _field("run_id", StringType(), "Id of the run that checked the day.", False),
+        _field("checked_at", TimestampType(), "When that run started (UTC).", False),
+        _field("details", StringType(), "great-expectations' result summary, as JSON.", False),
+    ]
+)
+
+QUARANTINE = StructType(
+    [
+        _field("metric_date", DateType(), "The row's day (UTC date, or its date partition).", False),
+        _field(
+            "reason",
+            StringType(),
+            "null_request_id, null_served_at, null_results, null_chunk_id or null_rank.",
+            False,
+        ),
+        _field("request_id", StringType(), "The request, where known."),
+        _field("raw", StringType(), "The row (or the entry with its request) as JSON.", False),
+        _field("run_id", StringType(), "Id of the run that set the row aside.", False),
+        _field("quarantined_at", TimestampType(), "When that run started (UTC).", False),
+    ]
+)
+
+MISSING_CLUSTER_CHUNKS = StructType(
+    [
+        _field("metric_date", DateType(), "UTC date of the serves.", False),
+        _field("rank", IntegerType(), "1 = the most-served unknown chunk of the day.", False),
+        _field("chunk_id", StringType(), "A served chunk absent from the cluster table.", False),
+        _field("serves", LongType(), "Valid entries serving it that day.", False),
         *_RUN_FIELDS,
     ]
 )

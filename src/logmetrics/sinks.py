@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from logmetrics.schemas import BY_QUERY, DAILY
+from logmetrics.schemas import BY_QUERY, DAILY, DATA_QUALITY, MISSING_CLUSTER_CHUNKS, QUARANTINE
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,23 @@ DAILY_TABLE = Table(
 )
 
 
+DATA_QUALITY_TABLE = Table(
+    "data_quality",
+    DATA_QUALITY,
+    "One row per (metric_date, check): the data-quality gates, pass or fail.",
+)
+QUARANTINE_TABLE = Table(
+    "quarantine",
+    QUARANTINE,
+    "Every input row or entry kept out of the metrics, with the reason and the raw JSON.",
+)
+MISSING_CLUSTER_CHUNKS_TABLE = Table(
+    "missing_cluster_chunks",
+    MISSING_CLUSTER_CHUNKS,
+    "Per day, the most-served chunk ids absent from the cluster table.",
+)
+
+
 @dataclass(frozen=True)
 class RunStamp:
     """What every output row records about the run that wrote it."""
@@ -56,11 +73,15 @@ def table_location(warehouse: str, table: Table) -> str:
 
 
 def with_run_stamp(df: DataFrame, stamp: RunStamp) -> DataFrame:
+    """The provenance columns; the quality tables name the run's start for what they record."""
+    started = F.lit(stamp.computed_at).cast("timestamp")
     return df.withColumns(
         {
             "cluster_table_version": F.lit(stamp.cluster_table_version).cast("long"),
             "run_id": F.lit(stamp.run_id),
-            "computed_at": F.lit(stamp.computed_at).cast("timestamp"),
+            "computed_at": started,
+            "checked_at": started,
+            "quarantined_at": started,
         }
     )
 
@@ -97,6 +118,16 @@ def replace_dates(
         .option("replaceWhere", dates_predicate(dates))
         .save(location)
     )
+
+
+def read_table(spark: SparkSession, warehouse: str, table: Table) -> DataFrame | None:
+    """The published table, or None before its first write."""
+    from delta.tables import DeltaTable
+
+    location = table_location(warehouse, table)
+    if not DeltaTable.isDeltaTable(spark, location):
+        return None
+    return spark.read.format("delta").load(location)
 
 
 def dates_predicate(dates: Sequence[dt.date]) -> str:

@@ -70,16 +70,29 @@ def read_served_logs(
     partition = _date_partition_column(source)
     if partition is not None and partition not in columns:
         raise InputError(f"{what}: date partition column {partition!r} not found")
+    logs_df = conform_served_logs(raw, what)
     if partition is not None:
-        raw = raw.where(_partition_filter(raw, partition, start, end, what))
+        logs_df = logs_df.where(_partition_filter(raw, partition, start, end, what)).withColumn(
+            PARTITION_DATE, _partition_as_date(raw, partition)
+        )
+    return logs_df.transform(filter_served_between, start, end)
 
-    return conform_served_logs(raw, what).transform(filter_served_between, start, end)
+
+PARTITION_DATE = "_partition_date"
+"""The date of a row's date partition, if the logs have one: it places rows with a null
+served_at on a day, so that they can be quarantined and counted instead of vanishing."""
 
 
 def filter_served_between(logs_df: DataFrame, start: dt.date, end: dt.date) -> DataFrame:
-    """Rows served on the UTC dates start..end; a filter Spark pushes down to the files."""
+    """Rows served on the UTC dates start..end (a filter Spark pushes down to the files), and
+    rows without a served_at whose date partition is one of those dates."""
     lo, hi = utc_window(start, end)
-    return logs_df.where((F.col("served_at") >= F.lit(lo)) & (F.col("served_at") < F.lit(hi)))
+    served = F.col("served_at")
+    in_window = (served >= F.lit(lo)) & (served < F.lit(hi))
+    if PARTITION_DATE in logs_df.columns:
+        undated = served.isNull() & F.col(PARTITION_DATE).between(F.lit(start), F.lit(end))
+        in_window = in_window | undated
+    return logs_df.where(in_window)
 
 
 def conform_served_logs(df: DataFrame, what: str) -> DataFrame:
@@ -218,6 +231,15 @@ def check_inputs_exist(inputs: InputsConfig) -> None:
     """Fail fast, before Spark starts, when a local input path does not exist."""
     _require_local_path(inputs.served_logs.path, f"served logs at {inputs.served_logs.path}")
     _require_local_path(inputs.clusters.path, f"cluster table at {inputs.clusters.path}")
+
+
+def _partition_as_date(df: DataFrame, column: str) -> Column:
+    data_type = df.schema[column].dataType
+    if isinstance(data_type, DateType):
+        return F.col(column)
+    if isinstance(data_type, IntegralType):
+        return F.to_date(F.col(column).cast("string"), "yyyyMMdd")
+    return F.to_date(F.col(column))
 
 
 def _local_path(path: str) -> str | None:

@@ -1,0 +1,114 @@
+"""The facts the quality gates judge, all derived from the one pass that computes the metrics.
+
+`to_requests` rows carry everything needed (copies read, malformed rows, entries set aside,
+unknown chunks), so nothing here scans the logs again: these are small aggregations over the
+persisted per-request data, and one over the cluster table per run.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+DAY_FACT_COLUMNS = (
+    "rows_read",
+    "malformed_rows",
+    "duplicate_rows",
+    "queries",
+    "valid_entries",
+    "missing_entries",
+    "non_positive_ranks",
+    "duplicate_request_ids",
+    "quarantined_entries",
+)
+
+
+def day_facts(requests_df: DataFrame, days_df: DataFrame) -> DataFrame:
+    """One row per day of `days_df` (metric_date): the counts behind every gate and the
+    accounting identity rows_read = queries + duplicate_rows + malformed_rows."""
+    served = ~F.col("is_malformed")
+    facts = requests_df.groupBy("metric_date").agg(
+        F.sum("copies").alias("rows_read"),
+        F.sum(F.when(~served, F.col("copies"))).alias("malformed_rows"),
+        F.sum(F.when(served, F.col("copies") - 1)).alias("duplicate_rows"),
+        F.count(F.when(served, True)).alias("queries"),
+        F.sum(F.when(served, F.col("results"))).alias("valid_entries"),
+        F.sum(F.when(served, F.col("missing_cluster_results"))).alias("missing_entries"),
+        F.sum(F.when(served, F.col("non_positive_ranks"))).alias("non_positive_ranks"),
+        (
+            F.count(F.when(served, True)) - F.countDistinct(F.when(served, F.col("request_id")))
+        ).alias("duplicate_request_ids"),
+        F.sum(F.size("invalid_entries")).alias("quarantined_entries"),
+    )
+    return days_df.join(facts, on="metric_date", how="left").select(
+        "metric_date",
+        *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in DAY_FACT_COLUMNS],
+    )
+
+
+def cluster_facts(clusters_df: DataFrame) -> DataFrame:
+    """One row: chunk ids listed more than once, and cluster ids present but empty or blank."""
+    per_chunk = clusters_df.groupBy("chunk_id").agg(
+        F.count(F.lit(1)).alias("listed"),
+        F.count(F.when(F.trim(F.col("cluster_id")) == "", True)).alias("empty_ids"),
+    )
+    return per_chunk.agg(
+        F.count(F.when(F.col("listed") > 1, True))
+        .cast("long")
+        .alias("cluster_duplicate_chunk_ids"),
+        F.coalesce(F.sum("empty_ids"), F.lit(0)).cast("long").alias("cluster_empty_ids"),
+    )
+
+
+def quarantined_rows(requests_df: DataFrame) -> DataFrame:
+    """Every row kept out of the metrics, with why: malformed request rows, and entries with a
+    null chunk_id or rank in the copy of a request that was kept."""
+    malformed = requests_df.select(
+        "metric_date",
+        "request_id",
+        F.explode("malformed_rows").alias("row"),
+    ).select(
+        "metric_date",
+        F.col("row.reason").alias("reason"),
+        "request_id",
+        F.col("row.raw").alias("raw"),
+    )
+    entries = requests_df.where(~F.col("is_malformed")).select(
+        "metric_date",
+        "request_id",
+        "served_at",
+        F.explode("invalid_entries").alias("entry"),
+    )
+    bad_entries = entries.select(
+        "metric_date",
+        F.when(F.col("entry.chunk_id").isNull(), F.lit("null_chunk_id"))
+        .otherwise(F.lit("null_rank"))
+        .alias("reason"),
+        "request_id",
+        F.to_json(
+            F.struct(
+                "request_id",
+                "served_at",
+                F.col("entry.pos").alias("position"),
+                F.col("entry.rank").alias("rank"),
+                F.col("entry.chunk_id").alias("chunk_id"),
+            )
+        ).alias("raw"),
+    )
+    return malformed.unionByName(bad_entries)
+
+
+def top_missing_chunks(requests_df: DataFrame, top_n: int) -> DataFrame:
+    """Per day, the `top_n` most-served chunk ids absent from the cluster table."""
+    counts = (
+        requests_df.where(~F.col("is_malformed"))
+        .select("metric_date", F.explode("missing_chunks").alias("chunk_id"))
+        .groupBy("metric_date", "chunk_id")
+        .agg(F.count(F.lit(1)).alias("serves"))
+    )
+    by_serves = Window.partitionBy("metric_date").orderBy(F.desc("serves"), F.asc("chunk_id"))
+    return (
+        counts.withColumn("rank", F.row_number().over(by_serves))
+        .where(F.col("rank") <= top_n)
+        .select("metric_date", "rank", "chunk_id", "serves")
+    )
