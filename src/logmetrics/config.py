@@ -102,7 +102,7 @@ Severity = Literal["blocking", "warning"]
 
 
 class QualitySeverity(_Section):
-    """Per check: a failed `blocking` check keeps the day from being published (on_failure: fail)."""
+    """Per check: a failed `blocking` check keeps a day unpublished (on_failure: fail)."""
 
     missing_cluster_rate: Severity = "blocking"
     malformed_rate: Severity = "blocking"

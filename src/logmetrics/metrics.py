@@ -152,8 +152,10 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
     )
     kept = F.filter(
         "rows",
-        lambda r: (r["served_at"] == F.col("chosen.served_at"))
-        & (r["copy_hash"] == F.col("chosen.copy_hash")),
+        lambda r: (
+            (r["served_at"] == F.col("chosen.served_at"))
+            & (r["copy_hash"] == F.col("chosen.copy_hash"))
+        ),
     )
     # Identical copies contribute identical entries: array_distinct folds them back to one copy.
     entries = F.array_sort(

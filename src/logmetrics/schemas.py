@@ -140,7 +140,7 @@ DAILY = StructType(
             "Log rows read for the day: queries + duplicate_rows + quarantined_rows.",
             False,
         ),
-        _field("duplicate_rows", LongType(), "Redelivered copies of a request, not counted.", False),
+        _field("duplicate_rows", LongType(), "Redelivered copies, not counted again.", False),
         _field(
             "quarantined_rows",
             LongType(),
@@ -173,7 +173,7 @@ DATA_QUALITY = StructType(
 
 QUARANTINE = StructType(
     [
-        _field("metric_date", DateType(), "The row's day (UTC date, or its date partition).", False),
+        _field("metric_date", DateType(), "UTC date of the row, or its date partition.", False),
         _field(
             "reason",
             StringType(),
