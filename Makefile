@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-fast lint format lock clean
+.PHONY: install demo test test-fast lint format lock clean test-deploy
 
 install: $(STAMP)
 
@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml constraints.txt
 demo: install
 	$(BIN)/logmetrics demo
 
+# The whole suite, then the DAG integrity tests in their own Airflow venv (about a minute cold).
 test: install
 	$(BIN)/python -m pytest
+	$(MAKE) --no-print-directory test-deploy
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow"
@@ -42,3 +44,19 @@ lock:
 
 clean:
 	rm -rf $(VENV) .ivy2 warehouse data logs reports spark-warehouse .pytest_cache .hypothesis
+
+# DAG integrity tests for deploy/airflow/dags (+ the bundle checks), in their own venv: Airflow
+# pins clash with the main one. No database, no scheduler: the tests parse and render the DAGs.
+AF_VENV  := .venv-airflow
+AF_STAMP := $(AF_VENV)/.installed-stamp
+
+$(AF_STAMP): deploy/airflow/requirements.txt deploy/airflow/constraints.txt
+	@test -x $(AF_VENV)/bin/python || $(PYTHON) -m venv $(AF_VENV)
+	$(AF_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r deploy/airflow/requirements.txt
+	$(AF_VENV)/bin/python -m pip check
+	@touch $(AF_STAMP)
+
+test-deploy: $(AF_STAMP)
+	rm -rf $(AF_VENV)/airflow-home
+	AIRFLOW_HOME=$(CURDIR)/$(AF_VENV)/airflow-home AIRFLOW__CORE__LOAD_EXAMPLES=False \
+		$(AF_VENV)/bin/python -m pytest tests/deploy -q --confcutdir=tests/deploy -p no:cacheprovider

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import logging
 import re
 import sys
@@ -33,7 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
-        _setup_logging(args.log_level)
+        args.run_id = uuid.uuid4().hex[:12]
+        _setup_logging(args.log_level, args.log_format, args.run_id)
         return int(args.handler(args))
     except LogmetricsError as exc:
         print(f"logmetrics: error: {exc}", file=sys.stderr)
@@ -57,6 +59,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="json: one JSON object per line, for log shippers",
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
 
     run = commands.add_parser("run", help="compute one day (the nightly job)")
@@ -68,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
     _config_arguments(backfill)
     backfill.add_argument("--start", type=_date, required=True, help="first date, YYYY-MM-DD")
     backfill.add_argument("--end", type=_date, required=True, help="last date, YYYY-MM-DD")
+    backfill.add_argument(
+        "--force",
+        action="store_true",
+        help="recompute days the run ledger has as done with the same inputs and config",
+    )
     backfill.set_defaults(handler=_cmd_backfill)
 
     generate = commands.add_parser("generate", help="write synthetic served logs and clusters")
@@ -135,13 +148,54 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%Y-%m-%dT%H:%M:%S",
-        stream=sys.stderr,
-    )
+class _RunId(logging.Filter):
+    """Stamps every record with the run's id, so every line can be traced to its run."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.run_id = self.run_id
+        return True
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "run_id": getattr(record, "run_id", None),
+            "msg": record.getMessage(),
+            **getattr(record, "fields", {}),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def _setup_logging(level: str, log_format: str, run_id: str) -> None:
+    """Our records go to stderr, one line each with the run id; json for log shippers."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_RunId(run_id))
+    if log_format == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(
+            logging.Formatter(
+                "%(asctime)s %(levelname)s [run %(run_id)s] %(name)s: %(message)s",
+                datefmt="%Y-%m-%dT%H:%M:%S",
+            )
+        )
+    handler._logmetrics = True  # type: ignore[attr-defined]
+    root = logging.getLogger("logmetrics")
+    for old in [h for h in root.handlers if getattr(h, "_logmetrics", False)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level))
     for noisy in ("py4j", "great_expectations"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # PySpark logs every analysis error with its whole JVM stack trace to stderr; we report the
@@ -158,26 +212,27 @@ def _setup_logging(level: str) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     day = args.date or (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1))
     config = load_config(args.config, args.set)
-    return _compute(config, day, day)
+    return _compute(config, day, day, args.run_id)
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
     if args.start > args.end:
         raise ConfigError(f"--start {args.start} is after --end {args.end}")
     config = load_config(args.config, args.set)
-    return _compute(config, args.start, args.end)
+    return _compute(config, args.start, args.end, args.run_id, skip_done=not args.force)
 
 
-def _compute(config: Config, start: dt.date, end: dt.date) -> int:
+def _compute(
+    config: Config, start: dt.date, end: dt.date, run_id: str, skip_done: bool = False
+) -> int:
     from logmetrics.pipeline import run_range
     from logmetrics.session import get_spark
     from logmetrics.sources import check_inputs_exist
 
     check_inputs_exist(config.inputs)
-    run_id = uuid.uuid4().hex[:12]
     computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
     spark = get_spark(config.spark)
-    summary = run_range(spark, config, start, end, run_id, computed_at)
+    summary = run_range(spark, config, start, end, run_id, computed_at, skip_done=skip_done)
     log.info(
         "run %s done: %d day(s), %d queries, cluster table version %s",
         run_id,
@@ -214,7 +269,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from logmetrics.demo import run_demo
 
     config = load_config(args.config or [DEMO_CONFIG], args.set)
-    return run_demo(config, days=args.days, queries_per_day=args.queries_per_day)
+    return run_demo(
+        config, days=args.days, queries_per_day=args.queries_per_day, run_id=args.run_id
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from logmetrics.errors import ConfigError
 
@@ -67,7 +75,36 @@ class InputsConfig(_Section):
 
 
 class OutputConfig(_Section):
-    warehouse: str = Field(description="Directory under which the Delta output tables live.")
+    """Where the Delta tables go: paths under `warehouse`, or names in a catalog."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    warehouse: str | None = Field(
+        default=None, description="Directory under which the Delta output tables live."
+    )
+    catalog: str | None = Field(
+        default=None, description="Catalog of the tables (Unity Catalog), with `schema`."
+    )
+    schema_name: str | None = Field(
+        default=None,
+        alias="schema",
+        description="Schema (database) of the tables; when set, tables are named, not paths.",
+    )
+
+    @field_validator("catalog", "schema_name")
+    @classmethod
+    def _identifier(cls, value: str | None) -> str | None:
+        if value is not None and not _COLUMN_NAME.match(value):
+            raise ValueError(f"must be a plain identifier (letters, digits, _), got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _somewhere(self) -> OutputConfig:
+        if self.warehouse is None and self.schema_name is None:
+            raise ValueError("set output.warehouse (paths) or output.schema (catalog tables)")
+        if self.catalog is not None and self.schema_name is None:
+            raise ValueError("output.catalog needs output.schema")
+        return self
 
 
 class MetricsConfig(_Section):
@@ -183,8 +220,9 @@ class Config(_Section):
     spark: SparkConfig = SparkConfig()
 
     def fingerprint(self) -> str:
-        """A short stable hash of everything that can change a computed number."""
-        relevant = self.model_dump(include={"inputs", "metrics"}, mode="json")
+        """A short stable hash of everything that can change what a day publishes: inputs,
+        metric settings and the quality gates (not where the output goes or how Spark runs)."""
+        relevant = self.model_dump(include={"inputs", "metrics", "quality"}, mode="json")
         blob = json.dumps(relevant, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

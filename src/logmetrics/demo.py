@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import uuid
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -55,7 +54,7 @@ def generate_dataset(
     )
 
 
-def run_demo(config: Config, days: int, queries_per_day: int) -> int:
+def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> int:
     """Generate `days` of traffic (once), backfill it into the warehouse, print the daily table."""
     from logmetrics.pipeline import run_range
     from logmetrics.session import get_spark
@@ -80,7 +79,6 @@ def run_demo(config: Config, days: int, queries_per_day: int) -> int:
         generate_dataset(out, DEMO_START, days, queries_per_day, DEMO_SEED, spark=spark)
         marker.write_text(json.dumps(params))
     end = DEMO_START + dt.timedelta(days=days - 1)
-    run_id = uuid.uuid4().hex[:12]
     run_range(
         spark, config, DEMO_START, end, run_id, dt.datetime.now(dt.UTC).replace(microsecond=0)
     )
@@ -89,14 +87,16 @@ def run_demo(config: Config, days: int, queries_per_day: int) -> int:
 
 
 def _print_daily(spark: SparkSession, config: Config, start: dt.date, end: dt.date) -> None:
-    from logmetrics.sinks import DAILY_TABLE, table_location
+    from logmetrics.sinks import DAILY_TABLE, read_table, table_ref
 
     k = 10 if 10 in config.metrics.ks else max(config.metrics.ks)
-    location = table_location(config.output.warehouse, DAILY_TABLE)
+    location = table_ref(config.output, DAILY_TABLE)
+    daily = read_table(spark, config.output, DAILY_TABLE)
+    if daily is None:
+        print("unique_clusters_daily is empty: no day was published")
+        return
     rows = (
-        spark.read.format("delta")
-        .load(location)
-        .where(F.col("metric_date").between(start, end) & (F.col("k") == k))
+        daily.where(F.col("metric_date").between(start, end) & (F.col("k") == k))
         .orderBy("metric_date")
         .collect()
     )
@@ -119,4 +119,6 @@ def _print_daily(spark: SparkSession, config: Config, start: dt.date, end: dt.da
             f"{r.metric_date!s:<12}{r.queries:>9}{median:>8}{p10:>6}{p90:>6}{mean:>7}"
             f"{share:>10}{missing:>9}"
         )
-    print(f"\n{len(rows)} day(s); all k and the per-query rows are in {config.output.warehouse}/")
+    print(
+        f"\n{len(rows)} day(s); every k, the per-query rows and the quality tables sit beside it."
+    )

@@ -29,6 +29,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from logmetrics import ledger
 from logmetrics.config import Config
 from logmetrics.distributions import daily_distributions
 from logmetrics.metrics import (
@@ -88,13 +89,17 @@ class RunSummary:
         ]
 
 
-def date_chunks(start: dt.date, end: dt.date, days_per_chunk: int) -> Iterator[list[dt.date]]:
-    """start..end (inclusive) in consecutive chunks of at most `days_per_chunk` days."""
-    day = start
-    while day <= end:
-        chunk_end = min(end, day + dt.timedelta(days=days_per_chunk - 1))
-        yield [day + dt.timedelta(days=i) for i in range((chunk_end - day).days + 1)]
-        day = chunk_end + dt.timedelta(days=1)
+def date_chunks(dates: Sequence[dt.date], days_per_chunk: int) -> Iterator[list[dt.date]]:
+    """Sorted dates in chunks of at most `days_per_chunk` consecutive days (a gap, such as a
+    skipped day, starts a new chunk, so no chunk reads logs it does not need)."""
+    chunk: list[dt.date] = []
+    for day in sorted(dates):
+        if chunk and (len(chunk) == days_per_chunk or (day - chunk[-1]).days != 1):
+            yield chunk
+            chunk = []
+        chunk.append(day)
+    if chunk:
+        yield chunk
 
 
 def run_range(
@@ -104,32 +109,43 @@ def run_range(
     end: dt.date,
     run_id: str,
     computed_at: dt.datetime,
+    skip_done: bool = False,
 ) -> RunSummary:
     """Compute every date in start..end and publish the ones the failure policy allows; other
-    dates are never touched."""
+    dates are never touched. With `skip_done`, days the ledger has as published with the same
+    inputs and config are skipped (a resumed backfill)."""
     clusters = read_clusters(spark, config.inputs.clusters)
     stamp = RunStamp(run_id, computed_at, clusters.version)
-    keys_df = cluster_keys(clusters.df).persist(StorageLevel.MEMORY_AND_DISK)
-    cluster_counts = cluster_facts(clusters.df).first()
-    assert cluster_counts is not None  # a global aggregate always has one row
     summary = RunSummary(run_id=run_id, cluster_table_version=clusters.version)
-    total_days = (end - start).days + 1
+    dates = [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
+    if skip_done:
+        done = ledger.done_dates(
+            spark, config.output, dates, config.fingerprint(), clusters.version
+        )
+        if done:
+            log.info("skipping %d day(s) already done with the same inputs and config", len(done))
+        dates = [d for d in dates if d not in done]
     log.info(
-        "computing %d day(s) %s..%s, k in %s, cluster table version %s",
-        total_days,
+        "computing %d day(s) of %s..%s, k in %s, cluster table version %s",
+        len(dates),
         start,
         end,
         list(config.metrics.ks),
         clusters.version,
     )
+    if not dates:
+        return summary
+    keys_df = cluster_keys(clusters.df).persist(StorageLevel.MEMORY_AND_DISK)
+    cluster_counts = cluster_facts(clusters.df).first()
+    assert cluster_counts is not None  # a global aggregate always has one row
     began = time.monotonic()
     try:
-        for dates in date_chunks(start, end, config.backfill.days_per_chunk):
+        for chunk_dates in date_chunks(dates, config.backfill.days_per_chunk):
             chunk_began = time.monotonic()
-            chunk = _Chunk(spark, config, dates, stamp, cluster_counts.asDict())
+            chunk = _Chunk(spark, config, chunk_dates, stamp, cluster_counts.asDict())
             days = chunk.compute_and_publish(keys_df)
             summary.days.extend(days)
-            _log_progress(summary, days, total_days, chunk_began, began)
+            _log_progress(summary, days, len(dates), chunk_began, began)
     finally:
         keys_df.unpersist()
     return summary
@@ -154,6 +170,7 @@ class _Chunk:
 
     def compute_and_publish(self, keys_df: DataFrame) -> list[DayResult]:
         config = self.config
+        self._record([(d, ledger.STARTED, None) for d in self.dates])
         logs_df = read_served_logs(
             self.spark, config.inputs.served_logs, self.dates[0], self.dates[-1]
         )
@@ -174,11 +191,38 @@ class _Chunk:
                 self._publish(requests_df, facts, day_verdicts, publish)
         finally:
             requests_df.unpersist()
-        queries = dict(zip(facts["metric_date"], facts["queries"], strict=True))
+        counts = {
+            r.metric_date: {
+                "rows_read": int(r.rows_read),
+                "queries": int(r.queries),
+                "results": int(r.valid_entries),
+            }
+            for r in facts.itertuples()
+        }
+        self._record(
+            [(d, ledger.PUBLISHED if d in publish else ledger.HELD, counts[d]) for d in self.dates],
+            finished_at=dt.datetime.now(dt.UTC),
+        )
         return [
-            DayResult(v.metric_date, int(queries[v.metric_date]), v.metric_date in publish, v)
+            DayResult(v.metric_date, counts[v.metric_date]["queries"], v.metric_date in publish, v)
             for v in day_verdicts
         ]
+
+    def _record(
+        self,
+        entries: list[tuple[dt.date, str, dict[str, int] | None]],
+        finished_at: dt.datetime | None = None,
+    ) -> None:
+        ledger.record(
+            self.spark,
+            self.config.output,
+            entries,
+            self.stamp.run_id,
+            self.stamp.computed_at,
+            self.config.fingerprint(),
+            self.stamp.cluster_table_version,
+            finished_at,
+        )
 
     def _checks(self, facts: pd.DataFrame) -> list[CheckResult]:
         if not self.config.quality.enabled:
@@ -205,7 +249,7 @@ class _Chunk:
         return means
 
     def _published_queries(self, first: dt.date, last: dt.date) -> dict[dt.date, int]:
-        daily = read_table(self.spark, self.config.output.warehouse, DAILY_TABLE)
+        daily = read_table(self.spark, self.config.output, DAILY_TABLE)
         if daily is None:
             return {}
         rows = (
@@ -221,14 +265,14 @@ class _Chunk:
     def _write_diagnostics(self, requests_df: DataFrame, checks: list[CheckResult]) -> None:
         """quarantine, missing_cluster_chunks and data_quality: written for every day, pass or
         fail, so that no row vanishes without a trace and every verdict is on record."""
-        warehouse, stamp = self.config.output.warehouse, self.stamp
+        output, stamp = self.config.output, self.stamp
         quarantine_df = with_run_stamp(quarantined_rows(requests_df), stamp)
-        replace_dates(self.spark, quarantine_df, warehouse, QUARANTINE_TABLE, self.dates)
+        replace_dates(self.spark, quarantine_df, output, QUARANTINE_TABLE, self.dates)
         missing_df = top_missing_chunks(requests_df, self.config.quality.missing_chunks_top_n)
         replace_dates(
             self.spark,
             with_run_stamp(missing_df, stamp),
-            warehouse,
+            output,
             MISSING_CLUSTER_CHUNKS_TABLE,
             self.dates,
         )
@@ -245,7 +289,7 @@ class _Chunk:
             replace_dates(
                 self.spark,
                 with_run_stamp(checks_df, stamp),
-                warehouse,
+                output,
                 DATA_QUALITY_TABLE,
                 self.dates,
             )
@@ -258,7 +302,7 @@ class _Chunk:
         publish: list[dt.date],
     ) -> None:
         """unique_clusters_by_query, then unique_clusters_daily: exactly the `publish` days."""
-        config, warehouse = self.config, self.config.output.warehouse
+        config, output = self.config, self.config.output
         by_query_df = (
             requests_df.transform(filter_served_requests)
             .where(F.col("metric_date").isin(publish))
@@ -271,10 +315,10 @@ class _Chunk:
             threshold=config.metrics.threshold,
         ).join(self._day_status(facts, day_verdicts), on="metric_date", how="inner")
         replace_dates(
-            self.spark, with_run_stamp(by_query_df, self.stamp), warehouse, BY_QUERY_TABLE, publish
+            self.spark, with_run_stamp(by_query_df, self.stamp), output, BY_QUERY_TABLE, publish
         )
         replace_dates(
-            self.spark, with_run_stamp(daily_df, self.stamp), warehouse, DAILY_TABLE, publish
+            self.spark, with_run_stamp(daily_df, self.stamp), output, DAILY_TABLE, publish
         )
 
     def _days_df(self) -> DataFrame:
@@ -326,6 +370,25 @@ def _log_progress(
     elapsed = time.monotonic() - began
     rate = done / elapsed if elapsed > 0 else 0.0
     eta = (total_days - done) / rate if rate > 0 else 0.0
+    seconds = time.monotonic() - chunk_began
+    for day in days:
+        log.info(
+            "%s: %s, %d queries (%.1fs for its chunk of %d day(s))",
+            day.metric_date,
+            "published" if day.published else "HELD BACK by a blocking quality check",
+            day.queries,
+            seconds,
+            len(days),
+            extra={
+                "fields": {
+                    "metric_date": str(day.metric_date),
+                    "published": day.published,
+                    "queries": day.queries,
+                    "chunk_seconds": round(seconds, 3),
+                    "dq_passed": day.verdict.passed,
+                }
+            },
+        )
     held = [str(d.metric_date) for d in days if not d.published]
     log.info(
         "%s..%s: %d queries in %.1fs%s | %d/%d days done, %.2f days/s, ETA %s",

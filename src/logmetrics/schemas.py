@@ -197,6 +197,27 @@ MISSING_CLUSTER_CHUNKS = StructType(
     ]
 )
 
+JOB_RUNS = StructType(
+    [
+        _field("run_id", StringType(), "The run.", False),
+        _field("metric_date", DateType(), "The day the row is about.", False),
+        _field(
+            "status",
+            StringType(),
+            "started, published, or held (a blocking quality check failed; not published).",
+            False,
+        ),
+        _field("started_at", TimestampType(), "When the run started (UTC).", False),
+        _field("finished_at", TimestampType(), "When the day was done (null on `started`)."),
+        _field("rows_read", LongType(), "Log rows read for the day."),
+        _field("queries", LongType(), "Served requests counted."),
+        _field("results", LongType(), "Valid served entries."),
+        _field("cluster_table_version", LongType(), "Delta version of the cluster table read."),
+        _field("config_fingerprint", StringType(), "Hash of the config behind the numbers.", False),
+        _field("code_version", StringType(), "logmetrics version that computed the day.", False),
+    ]
+)
+
 
 def column_names(schema: StructType) -> list[str]:
     return [field.name for field in schema.fields]

@@ -3,21 +3,39 @@
 A plain `mode("overwrite")` on a partitioned table would delete every other day; here every
 write carries a `replaceWhere` predicate on `metric_date`, so re-running a date is idempotent,
 other dates are untouched, and readers never see half a day (Delta commits are atomic).
+Tables are paths under `output.warehouse`, or names in a catalog (`output.catalog`,
+`output.schema`). A write that loses a race with a concurrent writer is retried: two runs over
+different dates both land, two runs over the same date leave one copy of it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
+import random
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from logmetrics.schemas import BY_QUERY, DAILY, DATA_QUALITY, MISSING_CLUSTER_CHUNKS, QUARANTINE
+from logmetrics.config import OutputConfig
+from logmetrics.schemas import (
+    BY_QUERY,
+    DAILY,
+    DATA_QUALITY,
+    JOB_RUNS,
+    MISSING_CLUSTER_CHUNKS,
+    QUARANTINE,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -25,6 +43,7 @@ class Table:
     name: str
     schema: StructType
     comment: str
+    partition_by: tuple[str, ...] = ("metric_date",)
 
 
 BY_QUERY_TABLE = Table(
@@ -37,8 +56,6 @@ DAILY_TABLE = Table(
     DAILY,
     "Exact daily distribution of unique_clusters@k; grain (metric_date, k).",
 )
-
-
 DATA_QUALITY_TABLE = Table(
     "data_quality",
     DATA_QUALITY,
@@ -54,6 +71,12 @@ MISSING_CLUSTER_CHUNKS_TABLE = Table(
     MISSING_CLUSTER_CHUNKS,
     "Per day, the most-served chunk ids absent from the cluster table.",
 )
+JOB_RUNS_TABLE = Table(
+    "job_runs",
+    JOB_RUNS,
+    "The run ledger: one row per (run, day) when a day starts and when it ends.",
+    partition_by=(),
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +86,26 @@ class RunStamp:
     run_id: str
     computed_at: dt.datetime
     cluster_table_version: int | None
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A Delta table by path (`location`) or by catalog name (`name`, quoted)."""
+
+    table: Table
+    location: str | None = None
+    name: str | None = None
+
+    def __str__(self) -> str:
+        return self.name or self.location or self.table.name
+
+
+def table_ref(output: OutputConfig, table: Table) -> TableRef:
+    if output.schema_name is not None:
+        parts = [output.catalog, output.schema_name, table.name]
+        return TableRef(table, name=".".join(f"`{p}`" for p in parts if p is not None))
+    assert output.warehouse is not None  # OutputConfig guarantees one of the two
+    return TableRef(table, location=table_location(output.warehouse, table))
 
 
 def table_location(warehouse: str, table: Table) -> str:
@@ -91,43 +134,62 @@ def conform(df: DataFrame, schema: StructType) -> DataFrame:
     return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
 
 
-def ensure_table(spark: SparkSession, location: str, table: Table) -> None:
-    """Create the Delta table (partitioned by metric_date, with column comments) if absent."""
+_ENSURED: set[str] = set()
+
+
+def ensure_table(spark: SparkSession, ref: TableRef) -> None:
+    """Create the Delta table (partitioned, with column comments) if it does not exist; once
+    per table and process, since every chunk of a backfill writes the same tables."""
     from delta.tables import DeltaTable
 
-    (
-        DeltaTable.createIfNotExists(spark)
-        .location(location)
-        .addColumns(table.schema)
-        .partitionedBy("metric_date")
-        .comment(table.comment)
-        .execute()
-    )
+    if str(ref) in _ENSURED:
+        return
+    builder = DeltaTable.createIfNotExists(spark)
+    builder = builder.tableName(ref.name) if ref.name else builder.location(str(ref.location))
+    builder = builder.addColumns(ref.table.schema).comment(ref.table.comment)
+    if ref.table.partition_by:
+        builder = builder.partitionedBy(*ref.table.partition_by)
+    _retry_conflicts(builder.execute, f"create {ref}")
+    _ENSURED.add(str(ref))
 
 
 def replace_dates(
-    spark: SparkSession, df: DataFrame, warehouse: str, table: Table, dates: Sequence[dt.date]
+    spark: SparkSession,
+    df: DataFrame,
+    output: OutputConfig,
+    table: Table,
+    dates: Sequence[dt.date],
 ) -> None:
     """Replace exactly `dates` of `table` with `df`'s rows, in one Delta commit."""
-    location = table_location(warehouse, table)
-    ensure_table(spark, location, table)
-    (
+    ref = table_ref(output, table)
+    ensure_table(spark, ref)
+    writer = (
         conform(df, table.schema)
         .write.format("delta")
         .mode("overwrite")
         .option("replaceWhere", dates_predicate(dates))
-        .save(location)
     )
+    _retry_conflicts(lambda: _save(writer, ref), f"write {ref}")
 
 
-def read_table(spark: SparkSession, warehouse: str, table: Table) -> DataFrame | None:
-    """The published table, or None before its first write."""
+def append(spark: SparkSession, df: DataFrame, output: OutputConfig, table: Table) -> None:
+    """Append `df` to `table` (a blind append: it never conflicts with another writer)."""
+    ref = table_ref(output, table)
+    ensure_table(spark, ref)
+    writer = conform(df, table.schema).write.format("delta").mode("append")
+    _retry_conflicts(lambda: _save(writer, ref), f"append to {ref}")
+
+
+def read_table(spark: SparkSession, output: OutputConfig, table: Table) -> DataFrame | None:
+    """The table as published, or None before its first write."""
     from delta.tables import DeltaTable
 
-    location = table_location(warehouse, table)
-    if not DeltaTable.isDeltaTable(spark, location):
+    ref = table_ref(output, table)
+    if ref.name is not None:
+        return spark.read.table(ref.name) if spark.catalog.tableExists(ref.name) else None
+    if not DeltaTable.isDeltaTable(spark, str(ref.location)):
         return None
-    return spark.read.format("delta").load(location)
+    return spark.read.format("delta").load(str(ref.location))
 
 
 def dates_predicate(dates: Sequence[dt.date]) -> str:
@@ -137,8 +199,37 @@ def dates_predicate(dates: Sequence[dt.date]) -> str:
     ordered = sorted(set(dates))
     first, last = ordered[0], ordered[-1]
     if (last - first).days + 1 == len(ordered):
-        return (
-            f"metric_date >= DATE'{first.isoformat()}' AND metric_date <= DATE'{last.isoformat()}'"
-        )
+        # Not BETWEEN: Spark 4 rewrites it into an expression Delta's replaceWhere cannot take.
+        low, high = first.isoformat(), last.isoformat()
+        return f"metric_date >= DATE'{low}' AND metric_date <= DATE'{high}'"
     listed = ", ".join(f"DATE'{d.isoformat()}'" for d in ordered)
     return f"metric_date IN ({listed})"
+
+
+def _save(writer: DataFrameWriter, ref: TableRef) -> None:
+    if ref.name is not None:
+        writer.saveAsTable(ref.name)
+    else:
+        writer.save(str(ref.location))
+
+
+_CONFLICT = re.compile(
+    r"Concurrent(Append|DeleteRead|DeleteDelete|Transaction|Write)Exception|ProtocolChanged"
+    r"|MetadataChanged|DELTA_CONCURRENT|DELTA_PROTOCOL_CHANGED|DELTA_METADATA_CHANGED"
+    r"|TABLE_OR_VIEW_ALREADY_EXISTS|DELTA_TABLE_ALREADY_EXISTS"
+)
+MAX_ATTEMPTS = 6
+
+
+def _retry_conflicts(action: Callable[[], T], what: str) -> T:
+    """Run `action`, retrying with back-off when a concurrent Delta writer won the race."""
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            return action()
+        except Exception as exc:
+            if attempt == MAX_ATTEMPTS or not _CONFLICT.search(f"{type(exc).__name__} {exc}"):
+                raise
+            pause = min(8.0, 0.25 * 2**attempt) * (0.5 + random.random())
+            log.warning("%s: concurrent writer, retrying in %.1fs (%d)", what, pause, attempt)
+            time.sleep(pause)
+    raise AssertionError("unreachable")

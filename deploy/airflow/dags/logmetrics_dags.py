@@ -1,0 +1,197 @@
+"""Airflow DAGs for logmetrics: `logmetrics_nightly` (one UTC day) and `logmetrics_backfill`.
+
+What: each DAG renders one `logmetrics` command (`run --config C --date D`, or
+`backfill --config C --start S --end E`) and hands it to Spark, on one of two paths:
+
+- `spark_submit` (default): SparkSubmitOperator runs `jobs/nightly.py` / `jobs/backfill.py` (which
+  prepend `run` / `backfill`) with Delta's jar, through the Spark connection.
+- `databricks`: DatabricksSubmitRunOperator runs the logmetrics wheel as a `python_wheel_task`
+  (entry point `logmetrics`, the full argument list) on a new job cluster.
+
+Why this shape: the DAGs are thin on purpose. Dates, data-quality gates and the idempotent
+per-date writes (`replaceWhere` on `metric_date`) live in logmetrics, so a retry, a catch-up run
+or a re-run of any day is safe and behaves exactly like the CLI. This file imports nothing from
+logmetrics (the scheduler needs none of Spark's dependencies) and reads no Variable when it is
+parsed: the path is picked per run by the `choose_runner` branch task, and every other setting is
+a Jinja `var.value` lookup rendered when the task runs. Credentials live only in Airflow
+connections; their ids are Variables too. deploy/airflow/README.md lists the Variables.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.databricks.operators.databricks import DatabricksSubmitRunOperator
+from airflow.sdk import DAG, CronDataIntervalTimetable, Param, Variable, task
+
+# Same value as logmetrics.session.DELTA_PACKAGE (tests/deploy/test_dags.py checks they match).
+# Under spark-submit logmetrics uses the session it is given, so the jar and Delta's two session
+# settings are passed here.
+DELTA_PACKAGE = "io.delta:delta-spark_4.1_2.13:4.3.1"
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+RUNNERS = ("spark_submit", "databricks")  # values of the Variable logmetrics_runner = task ids
+DEFAULT_RUNNER = "spark_submit"
+
+# The nightly DAG's first day. Catch-up runs every day from here on, one at a time; load older
+# history with logmetrics_backfill instead (it computes several days per Spark job).
+START_DATE = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+
+# The UTC day a run computes: the day its data interval starts on. With the interval timetable
+# below that is the logical date's day (`ds`); unlike `ds` it stays right for a manual run,
+# whose interval Airflow infers as the last complete day.
+DAY = "{{ data_interval_start | ds }}"
+
+DEFAULT_ARGS: dict[str, Any] = {
+    "owner": "logmetrics",
+    # Every task is idempotent (a day is replaced in one Delta commit), so retrying is safe; the
+    # growing delay also rides out late upstream data behind a blocking data-quality check.
+    "retries": 3,
+    "retry_delay": dt.timedelta(minutes=10),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": dt.timedelta(hours=2),
+}
+
+
+def _var(key: str, default: str | None = None) -> str:
+    """A Variable, looked up when the task's templates are rendered (never at parse time)."""
+    if default is None:  # required: rendering fails with "Variable ... not found"
+        return "{{ var.value." + key + " }}"
+    return "{{ var.value.get('" + key + "', '" + default + "') }}"
+
+
+CONFIG = _var("logmetrics_config", "conf/local.yaml")
+
+
+class _SparkSubmit(SparkSubmitOperator):
+    """SparkSubmitOperator whose connection id is rendered too (the provider's is not a template
+    field), so it can come from a Variable like everything else."""
+
+    template_fields = (*SparkSubmitOperator.template_fields, "_conn_id")
+
+
+class _WheelSubmitRun(DatabricksSubmitRunOperator):
+    """DatabricksSubmitRunOperator that does not copy DAG params into the wheel task.
+
+    Since apache-airflow-providers-databricks 7.16 the operator fills an empty
+    `python_wheel_task.named_parameters` with the DAG's params (apache/airflow#66613). Beside our
+    positional `parameters` that would run `logmetrics --start=... --end=...` or be rejected.
+    DatabricksRunNowOperator has an opt-out (`forward_dag_params`), this operator has none, so the
+    injected slot is dropped here; tests/deploy checks the payload that is actually submitted.
+    """
+
+    def _prepare_submit_json(self, context: Any) -> dict[str, Any]:
+        payload: dict[str, Any] = super()._prepare_submit_json(context)
+        payload.get("python_wheel_task", {}).pop("named_parameters", None)
+        return payload
+
+
+@task.branch(task_id="choose_runner")
+def choose_runner(params: dict[str, Any] | None = None) -> str:
+    """Pick the path for this run from the Variable logmetrics_runner; fail fast on a bad value
+    (and, for a backfill, on start after end) before any cluster is started.
+
+    `params` is filled in by Airflow from the run's context.
+    """
+    runner = Variable.get("logmetrics_runner", default=DEFAULT_RUNNER)
+    if runner not in RUNNERS:
+        raise ValueError(f"Variable logmetrics_runner is {runner!r}; expected one of {RUNNERS}")
+    params = params or {}
+    if "start" in params and params["start"] > params["end"]:
+        raise ValueError(f"start {params['start']} is after end {params['end']}")
+    return runner
+
+
+def _runner_tasks(script: str, command: str, args: list[str], name: str) -> None:
+    """choose_runner >> [spark_submit, databricks], both running `logmetrics <command> <args>`."""
+    spark_submit = _SparkSubmit(
+        task_id="spark_submit",
+        conn_id=_var("logmetrics_spark_conn_id", "spark_default"),
+        application=_var("logmetrics_jobs_dir", "jobs") + f"/{script}",  # prepends `command`
+        application_args=args,
+        packages=DELTA_PACKAGE,
+        conf=DELTA_CONF,
+        name=name,
+    )
+    databricks = _WheelSubmitRun(
+        task_id="databricks",
+        databricks_conn_id=_var("logmetrics_databricks_conn_id", "databricks_default"),
+        json={
+            "run_name": name,
+            "new_cluster": {
+                "spark_version": _var("logmetrics_databricks_spark_version", "17.3.x-scala2.13"),
+                "node_type_id": _var("logmetrics_databricks_node_type", "i3.xlarge"),
+                "num_workers": _var("logmetrics_databricks_num_workers", "2"),
+                "data_security_mode": "SINGLE_USER",  # Unity Catalog access (volumes, tables)
+            },
+            "libraries": [{"whl": _var("logmetrics_databricks_wheel")}],
+            "python_wheel_task": {
+                "package_name": "logmetrics",
+                "entry_point": "logmetrics",
+                "parameters": [command, *args],
+            },
+        },
+    )
+    choose_runner() >> [spark_submit, databricks]
+
+
+with DAG(
+    dag_id="logmetrics_nightly",
+    description="logmetrics run for one UTC day, the day the data interval starts on",
+    # 02:00 UTC: the day before is complete, with two hours' grace for late log lines. An interval
+    # timetable (not Airflow 3's default trigger timetable for cron strings) makes the run at
+    # D+1 02:00 cover [D 02:00, D+1 02:00), so its logical date, `ds`, is the day D.
+    schedule=CronDataIntervalTimetable("0 2 * * *", timezone="UTC"),
+    start_date=START_DATE,
+    # catchup + one run at a time: after an outage the missed days run oldest first, one after
+    # another. In order, because each day's volume check compares it with the 7 days before;
+    # one at a time, because concurrent jobs would write the same Delta tables.
+    catchup=True,
+    max_active_runs=1,
+    default_args={
+        **DEFAULT_ARGS,
+        # Days are independent (a day is computed from that day's logs only), so a day that
+        # fails, e.g. a blocking data-quality check, must not hold back the days after it: they
+        # are published and the failed run stays red until it is fixed and cleared.
+        "depends_on_past": False,
+        "execution_timeout": dt.timedelta(hours=4),
+    },
+    tags=["logmetrics"],
+    doc_md=__doc__,
+):
+    _runner_tasks(
+        script="nightly.py",
+        command="run",
+        args=["--config", CONFIG, "--date", DAY],
+        name="logmetrics-nightly-" + DAY,
+    )
+
+
+_DATE = {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"}
+
+with DAG(
+    dag_id="logmetrics_backfill",
+    description="logmetrics backfill for an inclusive range of UTC days, triggered by hand",
+    schedule=None,
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,  # two backfills at once would write the same Delta tables
+    default_args={**DEFAULT_ARGS, "execution_timeout": dt.timedelta(hours=24)},
+    params={
+        "start": Param(description="first UTC day, YYYY-MM-DD", **_DATE),
+        "end": Param(description="last UTC day, YYYY-MM-DD (inclusive)", **_DATE),
+    },
+    tags=["logmetrics"],
+    doc_md=__doc__,
+):
+    _runner_tasks(
+        script="backfill.py",
+        command="backfill",
+        args=["--config", CONFIG, "--start", "{{ params.start }}", "--end", "{{ params.end }}"],
+        name="logmetrics-backfill-{{ params.start }}-{{ params.end }}",
+    )

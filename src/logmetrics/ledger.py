@@ -1,0 +1,81 @@
+"""The `job_runs` ledger: which days are done, with which inputs, config and code.
+
+Append-only (appends never conflict between concurrent runs): a `started` row per day when its
+chunk begins, and a `published` or `held` row once the day's tables have committed. A day is
+done when its latest finished row is `published` with the same config fingerprint and cluster
+table version, so a killed backfill resumes where it stopped, and a day whose write did not
+commit (no finished row) is computed again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+
+from pyspark.sql import SparkSession, Window
+from pyspark.sql import functions as F
+
+from logmetrics import __version__
+from logmetrics.config import OutputConfig
+from logmetrics.schemas import JOB_RUNS
+from logmetrics.sinks import JOB_RUNS_TABLE, append, read_table
+
+STARTED, PUBLISHED, HELD = "started", "published", "held"
+
+
+def done_dates(
+    spark: SparkSession,
+    output: OutputConfig,
+    dates: Sequence[dt.date],
+    fingerprint: str,
+    cluster_table_version: int | None,
+) -> set[dt.date]:
+    """The dates whose latest finished record is `published` with these inputs and config."""
+    runs = read_table(spark, output, JOB_RUNS_TABLE)
+    if runs is None or not dates:
+        return set()
+    latest = Window.partitionBy("metric_date").orderBy(F.desc("finished_at"), F.desc("run_id"))
+    rows = (
+        runs.where(F.col("status") != STARTED)
+        .where(F.col("metric_date").between(F.lit(min(dates)), F.lit(max(dates))))
+        .withColumn("nth", F.row_number().over(latest))
+        .where(
+            (F.col("nth") == 1)
+            & (F.col("status") == PUBLISHED)
+            & (F.col("config_fingerprint") == fingerprint)
+            & F.col("cluster_table_version").eqNullSafe(F.lit(cluster_table_version))
+        )
+        .select("metric_date")
+        .collect()
+    )
+    return {row.metric_date for row in rows} & set(dates)
+
+
+def record(
+    spark: SparkSession,
+    output: OutputConfig,
+    entries: Iterable[tuple[dt.date, str, dict[str, int] | None]],
+    run_id: str,
+    started_at: dt.datetime,
+    fingerprint: str,
+    cluster_table_version: int | None,
+    finished_at: dt.datetime | None = None,
+) -> None:
+    """Append one ledger row per (date, status, counts)."""
+    rows = [
+        (
+            run_id,
+            day,
+            status,
+            started_at,
+            finished_at,
+            (counts or {}).get("rows_read"),
+            (counts or {}).get("queries"),
+            (counts or {}).get("results"),
+            cluster_table_version,
+            fingerprint,
+            __version__,
+        )
+        for day, status, counts in entries
+    ]
+    append(spark, spark.createDataFrame(rows, JOB_RUNS), output, JOB_RUNS_TABLE)

@@ -1,0 +1,475 @@
+"""DAG integrity tests for deploy/airflow/dags (run by `make test-deploy`, in .venv-airflow).
+
+They load the DAG folder the way the scheduler does, then render each task for a given run the
+way a worker does (Variables come from AIRFLOW_VAR_* environment variables, connections from
+AIRFLOW_CONN_*), and check the exact `logmetrics` arguments each path would run. Nothing here
+imports logmetrics: the Airflow venv has none of its dependencies.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+
+pytest.importorskip("airflow", reason="DAG tests run in the Airflow venv: make test-deploy")
+
+from airflow.dag_processing.dagbag import DagBag
+from airflow.providers.databricks.operators.databricks import (
+    DatabricksSubmitRunOperator,
+)
+from airflow.sdk import CronDataIntervalTimetable
+from airflow.sdk.api.datamodels._generated import DagRun, TIRunContext
+from airflow.sdk.exceptions import AirflowRuntimeError, ParamValidationError
+from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+from airflow.serialization.encoders import coerce_to_core_timetable
+from airflow.serialization.serialized_objects import DagSerialization
+from airflow.timetables.base import DataInterval, TimeRestriction
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_FOLDER = REPO / "deploy" / "airflow" / "dags"
+CONFIG = "/etc/logmetrics/prod.yaml"
+WHEEL = "/Volumes/main/logmetrics/wheels/logmetrics-0.1.0-py3-none-any.whl"
+UTC = dt.UTC
+RANGE = {"start": "2026-03-01", "end": "2026-03-14"}
+BACKFILL_ARGS = ["--config", CONFIG, "--start", "2026-03-01", "--end", "2026-03-14"]
+
+
+@pytest.fixture(scope="module")
+def dagbag() -> DagBag:
+    return DagBag(dag_folder=str(DAG_FOLDER))
+
+
+@pytest.fixture
+def dags() -> dict[str, Any]:
+    """Freshly parsed DAGs, as each worker process has: rendering writes the rendered values
+    into the task objects, and resolving params writes their values into the DAG's Params."""
+    return dict(DagBag(dag_folder=str(DAG_FOLDER)).dags)
+
+
+@pytest.fixture
+def variables(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """The Variables a deployment sets (the config path and the wheel); others keep defaults."""
+    for key in list(os.environ):
+        if key.startswith("AIRFLOW_VAR_LOGMETRICS_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("AIRFLOW_VAR_LOGMETRICS_CONFIG", CONFIG)
+    monkeypatch.setenv("AIRFLOW_VAR_LOGMETRICS_DATABRICKS_WHEEL", WHEEL)
+    return monkeypatch
+
+
+# --- running a task instance's template rendering as a worker would ------------------------
+
+
+def scheduled_interval(dag: Any, day: dt.date) -> tuple[dt.datetime, DataInterval, dt.datetime]:
+    """(logical date, data interval, run after) of the scheduled run whose logical date is `day`,
+    as the scheduler's timetable computes it."""
+    timetable = coerce_to_core_timetable(dag.timetable)
+    earliest = dt.datetime.combine(day, dt.time(), tzinfo=UTC)
+    info = timetable.next_dagrun_info(
+        last_automated_data_interval=None,
+        restriction=TimeRestriction(earliest=earliest, latest=None, catchup=True),
+    )
+    assert info is not None and info.logical_date.date() == day
+    return info.logical_date, info.data_interval, info.run_after
+
+
+def task_instance(
+    dag: Any,
+    task_id: str,
+    *,
+    logical_date: dt.datetime | None,
+    interval: DataInterval | None,
+    run_after: dt.datetime,
+    run_type: str = "scheduled",
+    conf: dict[str, Any] | None = None,
+) -> RuntimeTaskInstance:
+    """The object the task runner builds from what the API server sends for a task instance."""
+    task = dag.get_task(task_id)
+    dag_run = DagRun(
+        dag_id=dag.dag_id,
+        run_id=f"{run_type}__test",
+        logical_date=logical_date,
+        data_interval_start=interval.start if interval else None,
+        data_interval_end=interval.end if interval else None,
+        run_after=run_after,
+        start_date=run_after,
+        end_date=None,
+        run_type=run_type,
+        state="running",
+        conf=conf,
+        consumed_asset_events=[],
+        partition_key=None,
+    )
+    # model_construct: skips the fields only a real worker has (the DAG bundle it parsed from).
+    return RuntimeTaskInstance.model_construct(
+        id=uuid.uuid4(),
+        task_id=task_id,
+        dag_id=dag.dag_id,
+        run_id=dag_run.run_id,
+        try_number=1,
+        map_index=-1,
+        dag_version_id=uuid.uuid4(),
+        task=task,
+        _ti_context_from_server=TIRunContext(dag_run=dag_run, max_tries=task.retries),
+        max_tries=task.retries,
+        start_date=run_after,
+    )
+
+
+def nightly_ti(dags: dict[str, Any], task_id: str, day: dt.date) -> RuntimeTaskInstance:
+    dag = dags["logmetrics_nightly"]
+    logical_date, interval, run_after = scheduled_interval(dag, day)
+    return task_instance(
+        dag, task_id, logical_date=logical_date, interval=interval, run_after=run_after
+    )
+
+
+def backfill_ti(dags: dict[str, Any], task_id: str, conf: dict[str, Any]) -> RuntimeTaskInstance:
+    run_after = dt.datetime(2026, 3, 20, 9, 30, tzinfo=UTC)
+    return task_instance(
+        dags["logmetrics_backfill"],
+        task_id,
+        logical_date=None,  # Airflow 3: a manual run need not have one
+        interval=None,
+        run_after=run_after,
+        run_type="manual",
+        conf=conf,
+    )
+
+
+def render(ti: RuntimeTaskInstance) -> tuple[Any, Any]:
+    """(rendered task, context), as the task runner has them just before `execute`."""
+    context = ti.get_template_context()
+    ti.render_templates(context)
+    return ti.task, context
+
+
+def choose(ti: RuntimeTaskInstance) -> str:
+    """The branch task's decision, called with the arguments Airflow would pass it."""
+    task, context = render(ti)
+    return task.python_callable(**task.determine_kwargs(context))
+
+
+def submitted_payload(task: Any, context: Any) -> dict[str, Any]:
+    """The JSON the rendered Databricks task would POST to runs/submit (the hook is mocked)."""
+    hook = mock.Mock()
+    hook.submit_run.return_value = 42
+    task.__dict__["_hook"] = hook  # the operator's cached_property
+    assert task.submit_job(context) == 42
+    (payload,), _ = hook.submit_run.call_args
+    return payload
+
+
+def spark_submit_command(task: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The spark-submit command line the rendered task would run, through its Spark connection."""
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{task._conn_id.upper()}", '{"conn_type": "spark", "host": "yarn"}'
+    )
+    return task._get_hook()._build_spark_submit_command(task.application)
+
+
+# --- the DAG folder -------------------------------------------------------------------------
+
+
+def test_dag_folder_loads_without_errors(dagbag: DagBag) -> None:
+    assert dagbag.import_errors == {}
+    assert sorted(dagbag.dag_ids) == ["logmetrics_backfill", "logmetrics_nightly"]
+
+
+def test_parsing_reads_no_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Variables are read when tasks run, not each time the DAG processor parses the file."""
+
+    def no_variables_at_parse_time(key: str, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"Variable {key} read while parsing")
+
+    monkeypatch.setattr(
+        "airflow.sdk.execution_time.context._get_variable", no_variables_at_parse_time
+    )
+    bag = DagBag(dag_folder=str(DAG_FOLDER))
+    assert bag.import_errors == {}
+    assert len(bag.dags) == 2
+
+
+def test_dags_serialize_for_the_scheduler(dagbag: DagBag) -> None:
+    for dag in dagbag.dags.values():
+        again = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+        assert again.dag_id == dag.dag_id
+        assert set(again.task_ids) == set(dag.task_ids)
+
+
+@pytest.mark.parametrize("dag_id", ["logmetrics_nightly", "logmetrics_backfill"])
+def test_both_dags_branch_to_two_runners(dagbag: DagBag, dag_id: str) -> None:
+    dag = dagbag.dags[dag_id]
+    assert set(dag.task_ids) == {"choose_runner", "spark_submit", "databricks"}
+    assert dag.get_task("choose_runner").downstream_task_ids == {"spark_submit", "databricks"}
+    assert dag.max_active_runs == 1
+    assert "logmetrics" in dag.tags
+    for task in dag.tasks:
+        assert task.retries == 3
+        assert task.retry_exponential_backoff
+        assert task.retry_delay == dt.timedelta(minutes=10)
+        assert task.max_retry_delay == dt.timedelta(hours=2)
+        assert task.execution_timeout is not None
+
+
+def test_nightly_schedule(dagbag: DagBag) -> None:
+    dag = dagbag.dags["logmetrics_nightly"]
+    assert isinstance(dag.timetable, CronDataIntervalTimetable)
+    assert dag.timetable.expression == "0 2 * * *"
+    assert str(dag.timetable.timezone) in {"UTC", "Timezone('UTC')"}
+    assert dag.catchup is True
+    assert dag.max_active_runs == 1
+    assert not any(task.depends_on_past for task in dag.tasks)
+    assert dag.start_date.tzinfo is not None
+
+
+def test_nightly_run_for_a_day_starts_after_that_day(dagbag: DagBag) -> None:
+    logical_date, interval, run_after = scheduled_interval(
+        dagbag.dags["logmetrics_nightly"], dt.date(2026, 3, 14)
+    )
+    assert logical_date == dt.datetime(2026, 3, 14, 2, tzinfo=UTC)
+    assert interval.start == logical_date
+    assert run_after == interval.end == dt.datetime(2026, 3, 15, 2, tzinfo=UTC)
+
+
+def test_backfill_is_manual_with_two_required_date_params(dagbag: DagBag) -> None:
+    dag = dagbag.dags["logmetrics_backfill"]
+    assert not dag.timetable.can_be_scheduled
+    assert dag.catchup is False
+    assert set(dag.params) == {"start", "end"}
+    for name in ("start", "end"):
+        schema = dag.params.get_param(name).schema
+        assert schema["type"] == "string" and schema["format"] == "date"
+
+
+# --- which path: the Variable logmetrics_runner, read by the branch task at run time ---------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, "spark_submit"), ("spark_submit", "spark_submit"), ("databricks", "databricks")],
+)
+def test_choose_runner_follows_the_variable(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch, value: str | None, expected: str
+) -> None:
+    if value is not None:
+        variables.setenv("AIRFLOW_VAR_LOGMETRICS_RUNNER", value)
+    assert choose(nightly_ti(dags, "choose_runner", dt.date(2026, 3, 14))) == expected
+    assert choose(backfill_ti(dags, "choose_runner", RANGE)) == expected
+
+
+def test_choose_runner_rejects_an_unknown_runner(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_RUNNER", "emr")
+    with pytest.raises(ValueError, match="logmetrics_runner is 'emr'"):
+        choose(nightly_ti(dags, "choose_runner", dt.date(2026, 3, 14)))
+
+
+def test_choose_runner_rejects_start_after_end(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    ti = backfill_ti(dags, "choose_runner", {"start": "2026-03-15", "end": "2026-03-14"})
+    with pytest.raises(ValueError, match="start 2026-03-15 is after end 2026-03-14"):
+        choose(ti)
+
+
+# --- nightly: the rendered command ----------------------------------------------------------
+
+
+def test_nightly_spark_submit_renders_run_for_the_day(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_SPARK_CONN_ID", "spark_prod")
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_JOBS_DIR", "/opt/logmetrics/jobs")
+    task, context = render(nightly_ti(dags, "spark_submit", dt.date(2026, 3, 14)))
+
+    assert context["ds"] == "2026-03-14"
+    # jobs/nightly.py prepends `run`: together `logmetrics run --config ... --date 2026-03-14`
+    assert task.application == "/opt/logmetrics/jobs/nightly.py"
+    assert task.application_args == ["--config", CONFIG, "--date", "2026-03-14"]
+    assert task.packages == "io.delta:delta-spark_4.1_2.13:4.3.1"
+    assert task._conn_id == "spark_prod"
+    assert task.name == "logmetrics-nightly-2026-03-14"
+
+    command = spark_submit_command(task, variables)
+    assert command[:3] == ["spark-submit", "--master", "yarn"]
+    assert command[-5:] == ["/opt/logmetrics/jobs/nightly.py", *task.application_args]
+    assert command[command.index("--packages") + 1] == task.packages
+    pairs = {command[i + 1] for i, arg in enumerate(command) if arg == "--conf"}
+    assert "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension" in pairs
+    assert (
+        "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog" in pairs
+    )
+
+
+def test_nightly_databricks_renders_the_same_run(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_RUNNER", "databricks")
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_DATABRICKS_CONN_ID", "databricks_prod")
+    task, context = render(nightly_ti(dags, "databricks", dt.date(2026, 3, 14)))
+
+    assert task.databricks_conn_id == "databricks_prod"
+    wheel_task = task.json["python_wheel_task"]
+    assert wheel_task == {
+        "package_name": "logmetrics",
+        "entry_point": "logmetrics",
+        "parameters": ["run", "--config", CONFIG, "--date", "2026-03-14"],
+    }
+    assert task.json["libraries"] == [{"whl": WHEEL}]
+    assert task.json["new_cluster"] == {
+        "spark_version": "17.3.x-scala2.13",
+        "node_type_id": "i3.xlarge",
+        "num_workers": "2",
+        "data_security_mode": "SINGLE_USER",
+    }
+
+    payload = submitted_payload(task, context)
+    assert payload["python_wheel_task"] == wheel_task
+    assert payload["run_name"] == "logmetrics-nightly-2026-03-14"
+
+
+def test_nightly_defaults_without_variables(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    variables.delenv("AIRFLOW_VAR_LOGMETRICS_CONFIG")
+    task, _ = render(nightly_ti(dags, "spark_submit", dt.date(2026, 3, 14)))
+    assert task.application == "jobs/nightly.py"
+    assert task.application_args == ["--config", "conf/local.yaml", "--date", "2026-03-14"]
+    assert task._conn_id == "spark_default"
+
+
+def test_databricks_without_a_wheel_variable_fails_to_render(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    variables.delenv("AIRFLOW_VAR_LOGMETRICS_DATABRICKS_WHEEL")
+    with pytest.raises(AirflowRuntimeError, match="Variable logmetrics_databricks_wheel not found"):
+        render(nightly_ti(dags, "databricks", dt.date(2026, 3, 14)))
+
+
+def test_manual_nightly_run_computes_the_last_complete_day(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    """A run triggered by hand at 2026-03-15 15:00 covers the last complete interval, whose day
+    is 2026-03-14; its logical date (`ds`) would say 2026-03-15."""
+    dag = dags["logmetrics_nightly"]
+    run_after = dt.datetime(2026, 3, 15, 15, tzinfo=UTC)
+    interval = coerce_to_core_timetable(dag.timetable).infer_manual_data_interval(
+        run_after=run_after
+    )
+    ti = task_instance(
+        dag,
+        "spark_submit",
+        logical_date=run_after,
+        interval=interval,
+        run_after=run_after,
+        run_type="manual",
+    )
+    task, context = render(ti)
+    assert context["ds"] == "2026-03-15"
+    assert task.application_args == ["--config", CONFIG, "--date", "2026-03-14"]
+
+
+# --- backfill: the rendered command ---------------------------------------------------------
+
+
+def test_backfill_spark_submit_renders_the_range(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    task, _ = render(backfill_ti(dags, "spark_submit", RANGE))
+    # jobs/backfill.py prepends `backfill`
+    assert task.application == "jobs/backfill.py"
+    assert task.application_args == BACKFILL_ARGS
+    assert task.name == "logmetrics-backfill-2026-03-01-2026-03-14"
+    command = spark_submit_command(task, variables)
+    assert command[-7:] == ["jobs/backfill.py", *BACKFILL_ARGS]
+
+
+def test_backfill_databricks_renders_and_submits_the_range(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    task, context = render(backfill_ti(dags, "databricks", RANGE))
+    expected = {
+        "package_name": "logmetrics",
+        "entry_point": "logmetrics",
+        "parameters": ["backfill", *BACKFILL_ARGS],
+    }
+    assert task.json["python_wheel_task"] == expected
+    # The DAG's params are not turned into named_parameters next to the positional ones.
+    assert submitted_payload(task, context)["python_wheel_task"] == expected
+
+
+def test_provider_still_injects_dag_params_into_wheel_tasks(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    """Why _WheelSubmitRun exists. If this fails after a provider upgrade, the provider no longer
+    copies DAG params into named_parameters and the override can go."""
+    task, context = render(backfill_ti(dags, "databricks", RANGE))
+    payload = DatabricksSubmitRunOperator._prepare_submit_json(task, context)
+    assert payload["python_wheel_task"]["named_parameters"] == RANGE
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {},  # no defaults: both are required
+        {"start": "2026-03-01"},
+        {"start": "2026-3-1", "end": "2026-03-14"},
+        {"start": "2026-03-01", "end": "14/03/2026"},
+        {"start": "2026-02-30", "end": "2026-03-14"},
+    ],
+)
+def test_backfill_rejects_missing_or_malformed_dates(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch, conf: dict[str, Any]
+) -> None:
+    with pytest.raises(ParamValidationError):
+        render(backfill_ti(dags, "spark_submit", conf))
+
+
+# --- what the DAGs name must exist in the repo ------------------------------------------------
+
+
+def _string_constants(path: Path) -> dict[str, str]:
+    """Module-level NAME = "..." and NAME = f"...{OTHER}..." assignments, evaluated."""
+    values: dict[str, str] = {}
+    for node in ast.parse(path.read_text()).body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)):
+            continue
+        value = node.value
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            values[node.targets[0].id] = value.value
+        elif isinstance(value, ast.JoinedStr):
+            parts = []
+            for part in value.values:
+                if isinstance(part, ast.Constant):
+                    parts.append(str(part.value))
+                elif isinstance(part, ast.FormattedValue) and isinstance(part.value, ast.Name):
+                    parts.append(values[part.value.id])
+                else:
+                    break
+            else:
+                values[node.targets[0].id] = "".join(parts)
+    return values
+
+
+def test_delta_package_is_the_one_logmetrics_uses() -> None:
+    from_dags = _string_constants(DAG_FOLDER / "logmetrics_dags.py")["DELTA_PACKAGE"]
+    from_session = _string_constants(REPO / "src" / "logmetrics" / "session.py")["DELTA_PACKAGE"]
+    assert from_dags == from_session
+
+
+@pytest.mark.parametrize(
+    ("script", "command"), [("nightly.py", "run"), ("backfill.py", "backfill")]
+)
+def test_job_scripts_prepend_their_command(script: str, command: str) -> None:
+    text = (REPO / "jobs" / script).read_text()
+    assert re.search(rf'main\(\["{command}", \*sys\.argv\[1:\]\]\)', text)

@@ -1,0 +1,182 @@
+"""Orchestration: the run ledger, resumable backfills, concurrent runs, logs, catalog tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from logmetrics.cli import main
+from logmetrics.synthetic import generate
+
+pytestmark = pytest.mark.slow
+
+START = dt.date(2026, 6, 1)
+DAYS = 10
+END = START + dt.timedelta(days=DAYS - 1)
+VOLATILE = {"run_id", "computed_at", "checked_at", "quarantined_at", "details"}
+TABLES = ("unique_clusters_by_query", "unique_clusters_daily", "data_quality", "quarantine")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("orchestration")
+    generate(root, START, days=DAYS, queries_per_day=60, seed=9)
+    return root
+
+
+def _config(data: Path, warehouse: Path, **sections: str) -> Path:
+    path = warehouse.parent / f"{warehouse.name}.yaml"
+    text = (
+        "inputs:\n"
+        f"  served_logs: {{path: '{data / 'served_logs'}'}}\n"
+        f"  clusters: {{path: '{data / 'clusters_parquet'}', format: parquet}}\n"
+        f"output: {{warehouse: '{warehouse}'}}\n"
+        "metrics: {ks: [5, 10]}\n"
+        "backfill: {days_per_chunk: 1}\n"
+        "quality: {max_malformed_rate: 0.05, on_failure: warn}\n"
+        "spark: {master: 'local[1]', driver_memory: 1g}\n"
+    )
+    text += "".join(f"{key}: {value}\n" for key, value in sections.items())
+    path.write_text(text)
+    return path
+
+
+def _snapshot(spark: SparkSession, warehouse: Path) -> dict[str, list[tuple[Any, ...]]]:
+    out = {}
+    for name in TABLES:
+        df = spark.read.format("delta").load(str(warehouse / name))
+        columns = [c for c in df.columns if c not in VOLATILE]
+        out[name] = sorted(tuple(map(repr, r)) for r in df.select(*columns).collect())
+    return out
+
+
+def _ledger(spark: SparkSession, warehouse: Path) -> list[Any]:
+    return spark.read.format("delta").load(str(warehouse / "job_runs")).collect()
+
+
+def _backfill_argv(config: Path, start: dt.date = START, end: dt.date = END) -> list[str]:
+    return ["backfill", "--config", str(config), "--start", str(start), "--end", str(end)]
+
+
+def test_ledger_skips_done_days_unless_forced_or_changed(
+    spark: SparkSession, data: Path, tmp_path: Path
+) -> None:
+    warehouse = tmp_path / "wh"
+    config = _config(data, warehouse)
+    three = START + dt.timedelta(days=2)
+    assert main(_backfill_argv(config, START, three)) == 0
+    first = _ledger(spark, warehouse)
+    assert sorted((r.metric_date, r.status) for r in first) == sorted(
+        [(START + dt.timedelta(days=i), s) for i in range(3) for s in ("started", "published")]
+    )
+    done = [r for r in first if r.status == "published"]
+    assert all(r.queries == 60 and r.rows_read >= 60 and r.finished_at for r in done)
+    assert len({r.config_fingerprint for r in first}) == 1
+
+    assert main(_backfill_argv(config, START, three)) == 0  # everything done: nothing to do
+    assert len(_ledger(spark, warehouse)) == len(first)
+
+    assert main([*_backfill_argv(config, START, three), "--force"]) == 0
+    assert len(_ledger(spark, warehouse)) == 2 * len(first)
+
+    changed = [*_backfill_argv(config, START, three), "--set", "metrics.threshold=3"]
+    assert main(changed) == 0
+    assert len(_ledger(spark, warehouse)) == 3 * len(first)
+
+
+def test_json_logs_carry_the_run_id_on_every_line(
+    data: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    config = _config(data, tmp_path / "wh")
+    assert main(["--log-format", "json", *_backfill_argv(config, START, START)]) == 0
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("{")]
+    records = [json.loads(line) for line in lines]
+    ours = [r for r in records if r["logger"].startswith("logmetrics")]
+    assert ours and len({r["run_id"] for r in ours}) == 1
+    day = [r for r in ours if r.get("metric_date") == str(START)]
+    assert day and day[0]["queries"] == 60 and day[0]["published"] is True
+
+
+def test_tables_can_be_named_in_a_catalog(spark: SparkSession, data: Path, tmp_path: Path) -> None:
+    spark.sql("CREATE DATABASE IF NOT EXISTS logmetrics_test")
+    config = _config(data, tmp_path / "wh")
+    argv = [*_backfill_argv(config, START, START), "--set", "output.schema=logmetrics_test"]
+    argv += ["--set", "output.warehouse=null"]
+    assert main(argv) == 0
+    daily = spark.read.table("logmetrics_test.unique_clusters_daily")
+    assert {(r.metric_date, r.k) for r in daily.collect()} == {(START, 5), (START, 10)}
+    assert spark.read.table("logmetrics_test.job_runs").count() == 2
+
+
+def _spawn(
+    config: Path, *extra: str, start: dt.date = START, end: dt.date = END
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "logmetrics.cli", *_backfill_argv(config, start, end), *extra],
+        cwd=config.parent,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def test_killed_backfill_resumes_to_the_tables_of_an_uninterrupted_run(
+    spark: SparkSession, data: Path, tmp_path: Path
+) -> None:
+    reference_wh = tmp_path / "uninterrupted"
+    assert main(_backfill_argv(_config(data, reference_wh))) == 0
+
+    warehouse = tmp_path / "killed"
+    config = _config(data, warehouse)
+    process = _spawn(config)
+    assert process.stderr is not None
+    published = 0
+    deadline = time.monotonic() + 300
+    for line in process.stderr:  # kill it in the middle, once a few days have committed
+        published += ": published," in line
+        if published >= 3 or time.monotonic() > deadline:
+            break
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    assert published >= 3
+
+    resumed = _spawn(config)
+    _, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    assert "already done with the same inputs and config" in err
+    assert _snapshot(spark, warehouse) == _snapshot(spark, reference_wh)
+    ledger = _ledger(spark, warehouse)
+    published_days = [r.metric_date for r in ledger if r.status == "published"]
+    assert sorted(set(published_days)) == [START + dt.timedelta(days=i) for i in range(DAYS)]
+
+
+def test_concurrent_backfills_over_disjoint_and_overlapping_dates(
+    spark: SparkSession, data: Path, tmp_path: Path
+) -> None:
+    warehouse = tmp_path / "shared"
+    config = _config(data, warehouse)
+    middle = START + dt.timedelta(days=4)
+    runs = [
+        _spawn(config, "--force", start=START, end=middle),
+        _spawn(config, "--force", start=middle, end=END),  # overlaps on `middle`
+    ]
+    for run in runs:
+        _, err = run.communicate(timeout=600)
+        assert run.returncode == 0, err
+    daily = spark.read.format("delta").load(str(warehouse / "unique_clusters_daily"))
+    keys = [(r.metric_date, r.k) for r in daily.select("metric_date", "k").collect()]
+    assert sorted(keys) == [(START + dt.timedelta(days=i), k) for i in range(DAYS) for k in (5, 10)]
+    by_query = spark.read.format("delta").load(str(warehouse / "unique_clusters_by_query"))
+    per_day = {r.metric_date: r["count"] for r in by_query.groupBy("metric_date").count().collect()}
+    assert per_day == {START + dt.timedelta(days=i): 60 * 2 for i in range(DAYS)}
