@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from logmetrics.cli import main
+from logmetrics.cli import run_job
 
 if __name__ == "__main__":
-    sys.exit(main(["run", *sys.argv[1:]]))
+    sys.exit(run_job("run", sys.argv[1:]))

@@ -147,3 +147,35 @@ def test_command_line_errors_exit_2_with_one_line(
     assert message in err
     assert err.startswith("logmetrics: error:")
     assert len(err.splitlines()) == 1
+
+
+def test_shipped_databricks_config_names_catalog_tables() -> None:
+    config = load_config([REPO / "conf" / "databricks.yaml"])
+    assert (config.output.catalog, config.output.schema_name) == ("main", "retrieval_metrics")
+    assert config.output.warehouse is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["output.warehouse=null"], "set output.warehouse (paths) or output.schema"),
+        (["output.catalog=main"], "output.catalog needs output.schema"),
+        (["output.schema=bad name"], "output.schema"),
+        (["output.schema=x; DROP TABLE y"], "plain identifier"),
+    ],
+)
+def test_output_locations_are_validated(
+    config_file: Path, overrides: list[str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_config([config_file], overrides)
+
+
+def test_job_entry_points_accept_global_options_anywhere(
+    config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from logmetrics.cli import run_job
+
+    argv = ["--config", str(config_file), "--log-format", "json", "--start", "2026-01-05"]
+    assert run_job("backfill", [*argv, "--end", "2026-01-01"]) == 2
+    assert "is after --end" in capsys.readouterr().err

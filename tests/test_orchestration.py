@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
@@ -42,7 +45,7 @@ def _config(data: Path, warehouse: Path, **sections: str) -> Path:
         f"  clusters: {{path: '{data / 'clusters_parquet'}', format: parquet}}\n"
         f"output: {{warehouse: '{warehouse}'}}\n"
         "metrics: {ks: [5, 10]}\n"
-        "backfill: {days_per_chunk: 1}\n"
+        "backfill: {days_per_chunk: 2}\n"
         "quality: {max_malformed_rate: 0.05, on_failure: warn}\n"
         "spark: {master: 'local[1]', driver_memory: 1g}\n"
     )
@@ -94,6 +97,29 @@ def test_ledger_skips_done_days_unless_forced_or_changed(
     assert len(_ledger(spark, warehouse)) == 3 * len(first)
 
 
+def test_changed_inputs_are_recomputed_without_force(
+    spark: SparkSession, data: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy)
+    warehouse = tmp_path / "wh"
+    config = _config(copy, warehouse)
+    assert main(_backfill_argv(config, START, START)) == 0
+    assert main(_backfill_argv(config, START, START)) == 0  # unchanged: skipped
+    assert len(_ledger(spark, warehouse)) == 2
+    # The detector ships a new cluster table: every chunk is now one cluster.
+    clusters = copy / "clusters_parquet"
+    table = pq.read_table(clusters)
+    shutil.rmtree(clusters)
+    clusters.mkdir()
+    merged = table.set_column(1, "cluster_id", pa.array(["ONE"] * table.num_rows))
+    pq.write_table(merged, clusters / "part-00000.parquet")
+    assert main(_backfill_argv(config, START, START)) == 0
+    assert len(_ledger(spark, warehouse)) == 4
+    daily = spark.read.format("delta").load(str(warehouse / "unique_clusters_daily"))
+    assert {r.median for r in daily.where("k = 10").collect()} == {1.0}
+
+
 def test_json_logs_carry_the_run_id_on_every_line(
     data: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -143,13 +169,13 @@ def test_killed_backfill_resumes_to_the_tables_of_an_uninterrupted_run(
     assert process.stderr is not None
     published = 0
     deadline = time.monotonic() + 300
-    for line in process.stderr:  # kill it in the middle, once a few days have committed
+    for line in process.stderr:  # kill it in the middle, once a chunk of days has committed
         published += ": published," in line
-        if published >= 3 or time.monotonic() > deadline:
+        if published >= 2 or time.monotonic() > deadline:
             break
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
-    assert published >= 3
+    assert published >= 2
 
     resumed = _spawn(config)
     _, err = resumed.communicate(timeout=600)
@@ -166,17 +192,20 @@ def test_concurrent_backfills_over_disjoint_and_overlapping_dates(
 ) -> None:
     warehouse = tmp_path / "shared"
     config = _config(data, warehouse)
-    middle = START + dt.timedelta(days=4)
-    runs = [
-        _spawn(config, "--force", start=START, end=middle),
-        _spawn(config, "--force", start=middle, end=END),  # overlaps on `middle`
+    days = 6
+    runs = [  # two disjoint ranges, and a third run over a date of each
+        _spawn(config, start=START, end=START + dt.timedelta(days=2)),
+        _spawn(config, start=START + dt.timedelta(days=3), end=START + dt.timedelta(days=5)),
+        _spawn(
+            config, "--force", start=START + dt.timedelta(days=2), end=START + dt.timedelta(days=3)
+        ),
     ]
     for run in runs:
         _, err = run.communicate(timeout=600)
         assert run.returncode == 0, err
     daily = spark.read.format("delta").load(str(warehouse / "unique_clusters_daily"))
     keys = [(r.metric_date, r.k) for r in daily.select("metric_date", "k").collect()]
-    assert sorted(keys) == [(START + dt.timedelta(days=i), k) for i in range(DAYS) for k in (5, 10)]
+    assert sorted(keys) == [(START + dt.timedelta(days=i), k) for i in range(days) for k in (5, 10)]
     by_query = spark.read.format("delta").load(str(warehouse / "unique_clusters_by_query"))
     per_day = {r.metric_date: r["count"] for r in by_query.groupBy("metric_date").count().collect()}
-    assert per_day == {START + dt.timedelta(days=i): 60 * 2 for i in range(DAYS)}
+    assert per_day == {START + dt.timedelta(days=i): 60 * 2 for i in range(days)}

@@ -105,6 +105,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_job(command: str, argv: Sequence[str]) -> int:
+    """For jobs/*.py: `command` with `argv`, where the global options (--log-format,
+    --log-level) may come anywhere; they are moved ahead of the command."""
+    global_args: list[str] = []
+    rest: list[str] = []
+    items = iter(argv)
+    for arg in items:
+        name = arg.split("=", 1)[0]
+        if name in ("--log-format", "--log-level"):
+            global_args.append(arg)
+            if "=" not in arg:
+                global_args.append(next(items, ""))
+        else:
+            rest.append(arg)
+    return main([*global_args, command, *rest])
+
+
 class _ArgumentParser(argparse.ArgumentParser):
     """argparse, but a usage error is a ConfigError (one line, exit 2) like every other."""
 

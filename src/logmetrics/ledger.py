@@ -2,9 +2,10 @@
 
 Append-only (appends never conflict between concurrent runs): a `started` row per day when its
 chunk begins, and a `published` or `held` row once the day's tables have committed. A day is
-done when its latest finished row is `published` with the same config fingerprint and cluster
-table version, so a killed backfill resumes where it stopped, and a day whose write did not
-commit (no finished row) is computed again.
+done when its latest finished row is `published` with the same config fingerprint and the same
+inputs (Delta versions, or file listings), so a killed backfill resumes where it stopped, a day
+whose write did not commit (no finished row) is computed again, and changed logs or a new
+cluster table are never skipped.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def done_dates(
     output: OutputConfig,
     dates: Sequence[dt.date],
     fingerprint: str,
-    cluster_table_version: int | None,
+    inputs: str,
 ) -> set[dt.date]:
     """The dates whose latest finished record is `published` with these inputs and config."""
     runs = read_table(spark, output, JOB_RUNS_TABLE)
@@ -43,7 +44,7 @@ def done_dates(
             (F.col("nth") == 1)
             & (F.col("status") == PUBLISHED)
             & (F.col("config_fingerprint") == fingerprint)
-            & F.col("cluster_table_version").eqNullSafe(F.lit(cluster_table_version))
+            & (F.col("inputs_fingerprint") == inputs)
         )
         .select("metric_date")
         .collect()
@@ -59,6 +60,7 @@ def record(
     started_at: dt.datetime,
     fingerprint: str,
     cluster_table_version: int | None,
+    inputs: str,
     finished_at: dt.datetime | None = None,
 ) -> None:
     """Append one ledger row per (date, status, counts)."""
@@ -73,6 +75,7 @@ def record(
             (counts or {}).get("queries"),
             (counts or {}).get("results"),
             cluster_table_version,
+            inputs,
             fingerprint,
             __version__,
         )

@@ -57,7 +57,7 @@ from logmetrics.sinks import (
     replace_dates,
     with_run_stamp,
 )
-from logmetrics.sources import read_clusters, read_served_logs
+from logmetrics.sources import inputs_fingerprint, read_clusters, read_served_logs
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +117,10 @@ def run_range(
     clusters = read_clusters(spark, config.inputs.clusters)
     stamp = RunStamp(run_id, computed_at, clusters.version)
     summary = RunSummary(run_id=run_id, cluster_table_version=clusters.version)
+    inputs = inputs_fingerprint(spark, config.inputs, clusters)
     dates = [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
     if skip_done:
-        done = ledger.done_dates(
-            spark, config.output, dates, config.fingerprint(), clusters.version
-        )
+        done = ledger.done_dates(spark, config.output, dates, config.fingerprint(), inputs)
         if done:
             log.info("skipping %d day(s) already done with the same inputs and config", len(done))
         dates = [d for d in dates if d not in done]
@@ -142,7 +141,7 @@ def run_range(
     try:
         for chunk_dates in date_chunks(dates, config.backfill.days_per_chunk):
             chunk_began = time.monotonic()
-            chunk = _Chunk(spark, config, chunk_dates, stamp, cluster_counts.asDict())
+            chunk = _Chunk(spark, config, chunk_dates, stamp, cluster_counts.asDict(), inputs)
             days = chunk.compute_and_publish(keys_df)
             summary.days.extend(days)
             _log_progress(summary, days, len(dates), chunk_began, began)
@@ -161,8 +160,10 @@ class _Chunk:
         dates: list[dt.date],
         stamp: RunStamp,
         cluster_counts: dict[str, Any],
+        inputs: str,
     ) -> None:
         self.spark = spark
+        self.inputs = inputs
         self.config = config
         self.dates = dates
         self.stamp = stamp
@@ -221,6 +222,7 @@ class _Chunk:
             self.stamp.computed_at,
             self.config.fingerprint(),
             self.stamp.cluster_table_version,
+            self.inputs,
             finished_at,
         )
 

@@ -213,6 +213,12 @@ JOB_RUNS = StructType(
         _field("queries", LongType(), "Served requests counted."),
         _field("results", LongType(), "Valid served entries."),
         _field("cluster_table_version", LongType(), "Delta version of the cluster table read."),
+        _field(
+            "inputs_fingerprint",
+            StringType(),
+            "Hash of the inputs' state (Delta versions, or file listings).",
+            False,
+        ),
         _field("config_fingerprint", StringType(), "Hash of the config behind the numbers.", False),
         _field("code_version", StringType(), "logmetrics version that computed the day.", False),
     ]

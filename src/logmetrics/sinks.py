@@ -217,6 +217,8 @@ _CONFLICT = re.compile(
     r"Concurrent(Append|DeleteRead|DeleteDelete|Transaction|Write)Exception|ProtocolChanged"
     r"|MetadataChanged|DELTA_CONCURRENT|DELTA_PROTOCOL_CHANGED|DELTA_METADATA_CHANGED"
     r"|TABLE_OR_VIEW_ALREADY_EXISTS|DELTA_TABLE_ALREADY_EXISTS"
+    # Another run is creating the same table: its directory exists, its first commit not yet.
+    r"|DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION"
 )
 MAX_ATTEMPTS = 6
 
