@@ -150,24 +150,16 @@ def run_range(
     return summary
 
 
+@dataclass(frozen=True)
 class _Chunk:
     """One chunk of days: computed from one read of the logs, then checked and published."""
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        config: Config,
-        dates: list[dt.date],
-        stamp: RunStamp,
-        cluster_counts: dict[str, Any],
-        inputs: str,
-    ) -> None:
-        self.spark = spark
-        self.inputs = inputs
-        self.config = config
-        self.dates = dates
-        self.stamp = stamp
-        self.cluster_counts = cluster_counts
+    spark: SparkSession
+    config: Config
+    dates: list[dt.date]
+    stamp: RunStamp
+    cluster_counts: dict[str, Any]
+    inputs: str  # the inputs fingerprint, for the ledger
 
     def compute_and_publish(self, keys_df: DataFrame) -> list[DayResult]:
         config = self.config

@@ -168,6 +168,7 @@ def replace_dates(
         .write.format("delta")
         .mode("overwrite")
         .option("replaceWhere", dates_predicate(dates))
+        .option("mergeSchema", "true")  # a newer logmetrics may add columns: additive only
     )
     _retry_conflicts(lambda: _save(writer, ref), f"write {ref}")
 
@@ -176,7 +177,9 @@ def append(spark: SparkSession, df: DataFrame, output: OutputConfig, table: Tabl
     """Append `df` to `table` (a blind append: it never conflicts with another writer)."""
     ref = table_ref(output, table)
     ensure_table(spark, ref)
-    writer = conform(df, table.schema).write.format("delta").mode("append")
+    writer = (
+        conform(df, table.schema).write.format("delta").mode("append").option("mergeSchema", "true")
+    )
     _retry_conflicts(lambda: _save(writer, ref), f"append to {ref}")
 
 
