@@ -472,4 +472,4 @@ def test_delta_package_is_the_one_logmetrics_uses() -> None:
 )
 def test_job_scripts_prepend_their_command(script: str, command: str) -> None:
     text = (REPO / "jobs" / script).read_text()
-    assert re.search(rf'main\(\["{command}", \*sys\.argv\[1:\]\]\)', text)
+    assert re.search(rf'run_job\("{command}", sys\.argv\[1:\]\)', text)
