@@ -62,6 +62,15 @@ def test_date_partitions_are_pruned(spark: SparkSession, tmp_path: Path) -> None
     assert _ids(spark, source) == IN_DAY
 
 
+def test_any_directory_layout_is_read(spark: SparkSession, tmp_path: Path) -> None:
+    # year/month/day directories, no Hive-style names: every file below the path is read.
+    for i, (request_id, served_at, results) in enumerate(ROWS):
+        spark.createDataFrame([(request_id, served_at, results)], SERVED_LOGS).write.parquet(
+            str(tmp_path / f"{served_at:%Y/%m/%d}" / f"batch-{i}")
+        )
+    assert _ids(spark, ServedLogsInput(path=str(tmp_path))) == IN_DAY
+
+
 def test_lossless_variants_are_converted(spark: SparkSession, tmp_path: Path) -> None:
     # int64 ids and ranks, a timestamp without time zone (read as UTC).
     entry = pa.struct([("rank", pa.int64()), ("chunk_id", pa.int64())])

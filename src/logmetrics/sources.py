@@ -55,20 +55,24 @@ def read_served_logs(
     """The served-log rows whose served_at falls on start..end (UTC), conformed to the contract.
 
     Date partitions are pruned (with a day of margin either side, since a partition's date need
-    not be the UTC date), and the exact served_at filter is pushed down to the files.
+    not be the UTC date), and the exact served_at filter is pushed down to the files. Without a
+    date partition layout, every file below the path is read, whatever the directory layout.
     """
     what = f"served logs at {source.path}"
     _require_local_path(source.path, what)
+    partition = _date_partition_column(source)
+    reader = spark.read
+    if partition is None and source.format != "delta":
+        reader = reader.option("recursiveFileLookup", "true")
     try:
         if source.format == "json":
-            raw = spark.read.schema(SERVED_LOGS).json(source.path)
+            raw = reader.schema(SERVED_LOGS).json(source.path)
         else:
-            raw = spark.read.format(source.format).load(source.path)
+            raw = reader.format(source.format).load(source.path)
         columns = set(raw.columns)
     except AnalysisException as exc:
         raise InputError(f"cannot read {what}: {_first_line(exc)}") from None
 
-    partition = _date_partition_column(source)
     if partition is not None and partition not in columns:
         raise InputError(f"{what}: date partition column {partition!r} not found")
     logs_df = conform_served_logs(raw, what)
