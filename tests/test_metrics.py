@@ -9,6 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from logmetrics.metrics import cluster_keys, explode_windows, unique_clusters_by_request
+from logmetrics.quality.facts import cluster_facts
 from logmetrics.schemas import CLUSTERS, SERVED_LOGS
 
 DAY = dt.date(2026, 1, 5)
@@ -100,11 +101,15 @@ def test_singleton_key_never_collides_with_a_cluster_id(spark: SparkSession) -> 
 
 def test_chunk_listed_twice_takes_its_smallest_non_null_cluster_id(spark: SparkSession) -> None:
     clusters = [("a", "M"), ("a", None), ("a", "B"), ("b", "B"), ("c", None), ("c", None)]
-    got = cluster_keys(spark.createDataFrame(clusters, CLUSTERS))
+    got = cluster_keys(spark.createDataFrame([*clusters, ("b", " ")], CLUSTERS))
     expected = spark.createDataFrame(
-        [("a", "c:B"), ("b", "c:B"), ("c", "s:c")], "chunk_id string, cluster_key string"
+        [("a", "c:B", 3, 0), ("b", "c: ", 2, 1), ("c", "s:c", 2, 0)],
+        "chunk_id string, cluster_key string, listed long, empty_ids long",
     )
     assertDataFrameEqual(got, expected)
+    facts = cluster_facts(got).first()
+    assert facts is not None
+    assert (facts.cluster_duplicate_chunk_ids, facts.cluster_empty_ids) == (3, 1)
     results = [(1, "a"), (2, "b"), (3, "c")]
     counted = _by_query(spark, [("q", T0, results)], clusters, (3,))
     assertDataFrameEqual(counted, _expect(spark, [("q", 3, 2, 3, 0)]))

@@ -62,21 +62,14 @@ def explode_entries(logs_df: DataFrame) -> DataFrame:
     `copy_hash` tells redelivered copies of a request apart by content, so that one copy can be
     chosen per request after the group-by without a second shuffle.
     """
+    row = ["metric_date", "request_id", "is_malformed", "malformed_row", "served_at"]
     results = F.when(~F.col("is_malformed"), F.col("results"))
     return logs_df.select(
-        "metric_date",
-        "request_id",
-        "is_malformed",
-        "malformed_row",
-        "served_at",
+        *row,
         F.xxhash64("results").alias("copy_hash"),
         F.posexplode_outer(results).alias("pos", "entry"),
     ).select(
-        "metric_date",
-        "request_id",
-        "is_malformed",
-        "malformed_row",
-        "served_at",
+        *row,
         "copy_hash",
         "pos",
         F.col("entry.rank").cast("long").alias("rank"),
@@ -86,16 +79,26 @@ def explode_entries(logs_df: DataFrame) -> DataFrame:
 
 def cluster_keys(clusters_df: DataFrame) -> DataFrame:
     """(chunk_id, cluster_key), chunk_id unique: a chunk listed more than once takes its smallest
-    non-null cluster_id; a chunk whose cluster ids are all null is its own singleton."""
+    non-null cluster_id; a chunk whose cluster ids are all null is its own singleton.
+
+    The same group-by also counts, per chunk, its rows (`listed`) and its empty or blank cluster
+    ids (`empty_ids`), so the quality gates read the cluster table no second time.
+    """
     return (
         clusters_df.where(F.col("chunk_id").isNotNull())
         .groupBy("chunk_id")
-        .agg(F.min("cluster_id").alias("cluster_id"))
+        .agg(
+            F.min("cluster_id").alias("cluster_id"),
+            F.count(F.lit(1)).alias("listed"),
+            F.count(F.when(F.trim(F.col("cluster_id")) == "", True)).alias("empty_ids"),
+        )
         .select(
             "chunk_id",
             F.when(F.col("cluster_id").isNull(), singleton_key(F.col("chunk_id")))
             .otherwise(F.concat(F.lit("c:"), F.col("cluster_id")))
             .alias("cluster_key"),
+            "listed",
+            "empty_ids",
         )
     )
 

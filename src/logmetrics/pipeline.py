@@ -135,7 +135,7 @@ def run_range(
     if not dates:
         return summary
     keys_df = cluster_keys(clusters.df).persist(StorageLevel.MEMORY_AND_DISK)
-    cluster_counts = cluster_facts(clusters.df).first()
+    cluster_counts = cluster_facts(keys_df).first()
     assert cluster_counts is not None  # a global aggregate always has one row
     began = time.monotonic()
     try:

@@ -2,7 +2,7 @@
 
 `to_requests` rows carry everything needed (copies read, malformed rows, entries set aside,
 unknown chunks), so nothing here scans the logs again: these are small aggregations over the
-persisted per-request data, and one over the cluster table per run.
+persisted per-request data, and one over the (already keyed) cluster table per run.
 """
 
 from __future__ import annotations
@@ -46,13 +46,10 @@ def day_facts(requests_df: DataFrame, days_df: DataFrame) -> DataFrame:
     )
 
 
-def cluster_facts(clusters_df: DataFrame) -> DataFrame:
-    """One row: chunk ids listed more than once, and cluster ids present but empty or blank."""
-    per_chunk = clusters_df.groupBy("chunk_id").agg(
-        F.count(F.lit(1)).alias("listed"),
-        F.count(F.when(F.trim(F.col("cluster_id")) == "", True)).alias("empty_ids"),
-    )
-    return per_chunk.agg(
+def cluster_facts(keys_df: DataFrame) -> DataFrame:
+    """One row: chunk ids listed more than once, and cluster ids present but empty or blank,
+    from the per-chunk counts `metrics.cluster_keys` already made."""
+    return keys_df.agg(
         F.count(F.when(F.col("listed") > 1, True))
         .cast("long")
         .alias("cluster_duplicate_chunk_ids"),
