@@ -6,9 +6,17 @@ import datetime as dt
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from logmetrics.metrics import cluster_keys, explode_windows, unique_clusters_by_request
+from logmetrics.metrics import (
+    chunk_hash,
+    cluster_keys,
+    explode_windows,
+    key_hash_collisions,
+    unique_clusters_by_request,
+    with_cluster_keys,
+)
 from logmetrics.quality.facts import cluster_facts
 from logmetrics.schemas import CLUSTERS, SERVED_LOGS
 
@@ -106,7 +114,7 @@ def test_chunk_listed_twice_takes_its_smallest_non_null_cluster_id(spark: SparkS
         [("a", "c:B", 3, 0), ("b", "c: ", 2, 1), ("c", "s:c", 2, 0)],
         "chunk_id string, cluster_key string, listed long, empty_ids long",
     )
-    assertDataFrameEqual(got, expected)
+    assertDataFrameEqual(got.drop("chunk_hash", "cluster_hash"), expected)
     facts = cluster_facts(got).first()
     assert facts is not None
     assert (facts.cluster_duplicate_chunk_ids, facts.cluster_empty_ids) == (3, 1)
@@ -180,3 +188,41 @@ def test_metric_date_is_the_utc_date(
         logs_df, cluster_keys(spark.createDataFrame([], CLUSTERS)), (1,)
     )
     assert [row.metric_date for row in got.collect()] == [metric_date]
+
+
+def test_cluster_hash_is_one_per_key_and_collisions_are_detected(spark: SparkSession) -> None:
+    clusters = [("a", "K"), ("b", "K"), ("c", "L"), ("d", None), ("e", None)]
+    keys_df = cluster_keys(spark.createDataFrame(clusters, CLUSTERS))
+    hashes = {r.chunk_id: r.cluster_hash for r in keys_df.collect()}
+    assert hashes["a"] == hashes["b"]
+    assert len({hashes["a"], hashes["c"], hashes["d"], hashes["e"]}) == 4
+    assert key_hash_collisions(keys_df).isEmpty()
+    salted = {
+        r.chunk_id: r.cluster_hash
+        for r in cluster_keys(
+            keys_df.select("chunk_id", F.lit("K").alias("cluster_id")), salt=1
+        ).collect()
+    }
+    assert salted["a"] != hashes["a"]
+    # Two different keys, or two chunks, forced onto one hash: the check must see it.
+    forced = keys_df.withColumn("cluster_hash", F.lit(7).cast("long"))
+    assert [(r.kind, r.values) for r in key_hash_collisions(forced).collect()] == [("cluster", 4)]
+    forced = keys_df.withColumn("chunk_hash", F.lit(7).cast("long"))
+    assert [(r.kind, r.values) for r in key_hash_collisions(forced).collect()] == [("chunk", 5)]
+
+
+def test_a_chunk_sharing_a_hash_with_a_listed_chunk_is_still_missing(spark: SparkSession) -> None:
+    # The join is on 64-bit chunk hashes; the chunk id is compared after it.
+    keys_df = cluster_keys(spark.createDataFrame([("listed", "K")], CLUSTERS))
+    entries_df = spark.createDataFrame([("listed",), ("other",)], "chunk_id string")
+    forced = keys_df.withColumn("chunk_hash", chunk_hash(F.lit("other"), 0))
+    got = with_cluster_keys(entries_df, forced).collect()
+    assert {(r.chunk_id, r.cluster_hash is None, r.missing_chunk) for r in got} == {
+        ("listed", True, "listed"),
+        ("other", True, "other"),
+    }
+    got = with_cluster_keys(entries_df, keys_df).collect()
+    assert {(r.chunk_id, r.cluster_hash is None, r.missing_chunk) for r in got} == {
+        ("listed", False, None),
+        ("other", True, "other"),
+    }

@@ -3,31 +3,37 @@
 Reading order (each step feeds the next, chained with `.transform`):
 
     with_row_status      metric_date (UTC date of served_at) and whether the row is malformed
+    partition_by_request all copies of a request in one partition (the only shuffle of the logs)
+    filter_first_copies  one copy of each redelivered request
     explode_entries      one row per (row, array position); empty lists and malformed rows keep one
-    with_cluster_keys    cluster key per entry (left join to `cluster_keys(clusters)`)
-    to_requests          one row per (metric_date, request_id, is_malformed): the copy kept, its
-                         valid entries in rank order, every k, and what was set aside
+    with_cluster_keys    cluster key per entry (broadcast left join to `cluster_keys(clusters)`)
+    to_requests          one row per (metric_date, request_id, is_malformed): its valid entries
+                         in rank order, every k, and what was set aside
     filter_served_requests / explode_windows
                          the requests that count, one row per (request, k)
 
 Everything the quality gates and the quarantine need (malformed rows, entries with a null
 chunk_id or rank, redelivered copies, unknown chunks) rides along in that one group-by, so the
-logs are scanned once.
+logs are scanned once. The logs are shuffled as rows, before the explode, by a hash of the
+request: the explode, the join and the group-by then run inside each partition, with no
+shuffle of the ten-times-larger entries.
 
 A cluster key is `c:<cluster_id>` for a clustered chunk and `s:<chunk_id>` for a singleton (a
-chunk absent from the cluster table or present with a null cluster id), so the two never collide.
+chunk present with only null cluster ids), so the two never collide. Entries carry its 64-bit
+hash (`cluster_hash`), checked collision-free over the whole table (`key_hash_collisions`);
+a chunk absent from the table carries its chunk_id instead (`missing_chunk`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from logmetrics.sources import PARTITION_DATE
 
-REQUEST_KEY = ("metric_date", "request_id", "is_malformed")
+REQUEST_KEY = ("request_key", "metric_date", "request_id", "is_malformed")
 SINGLETON_PREFIX = "s:"
 
 
@@ -55,31 +61,62 @@ def with_row_status(logs_df: DataFrame) -> DataFrame:
     )
 
 
+def partition_by_request(logs_df: DataFrame) -> DataFrame:
+    """Hash-partition the rows by `request_key` (a 64-bit hash of metric_date and request_id),
+    so that every copy of a request, and later every entry of it, sits in one partition.
+
+    The group-by in `to_requests` includes `request_key` in its keys, so Spark plans it inside
+    each partition instead of shuffling the exploded entries. The number of partitions is
+    Spark's (`spark.sql.shuffle.partitions`, coalesced by adaptive execution).
+    """
+    return logs_df.withColumn("request_key", F.xxhash64("metric_date", "request_id")).repartition(
+        "request_key"
+    )
+
+
+def filter_first_copies(logs_df: DataFrame) -> DataFrame:
+    """Redelivered copies count once: of the served rows of one (metric_date, request_id), the
+    copy with the earliest served_at is kept, ties by a hash of its content, so the choice does
+    not depend on the order rows arrive in. `copies` counts the rows read for the request.
+
+    Malformed rows are all kept (each goes to the quarantine). The window runs inside the
+    partitions `partition_by_request` made.
+    """
+    request = Window.partitionBy(*REQUEST_KEY)
+    ordered = request.orderBy("served_at", "copy_hash")
+    return (
+        logs_df.withColumn("copy_hash", F.xxhash64("results"))
+        .withColumns(
+            {
+                "copies": F.count(F.lit(1)).over(
+                    request.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+                ),
+                "copy": F.row_number().over(ordered),
+            }
+        )
+        .where(F.col("is_malformed") | (F.col("copy") == 1))
+        .drop("copy", "copy_hash")
+    )
+
+
 def explode_entries(logs_df: DataFrame) -> DataFrame:
     """One row per result entry with its array position; an empty list, or a malformed row,
-    keeps one row with a null position.
-
-    `copy_hash` tells redelivered copies of a request apart by content, so that one copy can be
-    chosen per request after the group-by without a second shuffle.
-    """
-    row = ["metric_date", "request_id", "is_malformed", "malformed_row", "served_at"]
+    keeps one row with a null position."""
+    row = [*REQUEST_KEY, "malformed_row", "served_at", "copies"]
     results = F.when(~F.col("is_malformed"), F.col("results"))
-    return logs_df.select(
+    return logs_df.select(*row, F.posexplode_outer(results).alias("pos", "entry")).select(
         *row,
-        F.xxhash64("results").alias("copy_hash"),
-        F.posexplode_outer(results).alias("pos", "entry"),
-    ).select(
-        *row,
-        "copy_hash",
         "pos",
         F.col("entry.rank").cast("long").alias("rank"),
         F.col("entry.chunk_id").alias("chunk_id"),
     )
 
 
-def cluster_keys(clusters_df: DataFrame) -> DataFrame:
-    """(chunk_id, cluster_key), chunk_id unique: a chunk listed more than once takes its smallest
-    non-null cluster_id; a chunk whose cluster ids are all null is its own singleton.
+def cluster_keys(clusters_df: DataFrame, salt: int = 0) -> DataFrame:
+    """(chunk_id, cluster_key, chunk_hash, cluster_hash), chunk_id unique: a chunk listed more
+    than once takes its smallest non-null cluster_id; a chunk whose cluster ids are all null is
+    its own singleton. The two hashes are 64-bit (`salt` picks other hash functions should
+    `key_hash_collisions` ever find two chunks or two keys sharing one).
 
     The same group-by also counts, per chunk, its rows (`listed`) and its empty or blank cluster
     ids (`empty_ids`), so the quality gates read the cluster table no second time.
@@ -100,111 +137,124 @@ def cluster_keys(clusters_df: DataFrame) -> DataFrame:
             "listed",
             "empty_ids",
         )
+        .select(
+            "chunk_id",
+            "cluster_key",
+            chunk_hash(F.col("chunk_id"), salt).alias("chunk_hash"),
+            F.xxhash64(F.lit(salt), "cluster_key").alias("cluster_hash"),
+            "listed",
+            "empty_ids",
+        )
     )
+
+
+def chunk_hash(chunk_id: Column, salt: int) -> Column:
+    return F.xxhash64(F.lit(salt), chunk_id)
+
+
+def key_hash_collisions(keys_df: DataFrame) -> DataFrame:
+    """(hash, kind, values): the hashes shared by more than one chunk id or more than one
+    cluster key (empty when both hashes are exact over this table)."""
+    chunks = keys_df.groupBy(F.col("chunk_hash").alias("hash")).agg(
+        F.lit("chunk").alias("kind"), F.count(F.lit(1)).alias("values")
+    )
+    clusters = keys_df.groupBy(F.col("cluster_hash").alias("hash")).agg(
+        F.lit("cluster").alias("kind"), F.countDistinct("cluster_key").alias("values")
+    )
+    return chunks.unionByName(clusters).where(F.col("values") > 1)
 
 
 def singleton_key(chunk_id: Column) -> Column:
     return F.concat(F.lit(SINGLETON_PREFIX), chunk_id)
 
 
-def with_cluster_keys(entries_df: DataFrame, keys_df: DataFrame) -> DataFrame:
-    """Attach each entry's cluster key; a chunk absent from the table is its own singleton and
-    is flagged `is_missing`. `keys_df` must have unique chunk_ids (see `cluster_keys`)."""
-    keys = keys_df.select("chunk_id", "cluster_key", F.lit(True).alias("is_known"))
-    return entries_df.join(keys, on="chunk_id", how="left").select(
-        *entries_df.columns,
-        F.coalesce(F.col("cluster_key"), singleton_key(F.col("chunk_id"))).alias("cluster_key"),
-        F.col("is_known").isNull().alias("is_missing"),
+def with_cluster_keys(
+    entries_df: DataFrame, keys_df: DataFrame, salt: int = 0, broadcast: bool = True
+) -> DataFrame:
+    """Attach each entry's `cluster_hash`; a chunk absent from the table is its own singleton:
+    its hash is null and `missing_chunk` holds its chunk_id. `keys_df` comes from
+    `cluster_keys(..., salt)` and has no two chunks sharing a `chunk_hash`.
+
+    The join is on the 64-bit chunk hash (a fast long-keyed join), and the chunk id is then
+    compared, so a served chunk that merely shares a hash with a listed one is still missing.
+    With `broadcast` (a cluster table that fits in memory) the join keeps the entries'
+    partitioning by request, so `to_requests` needs no shuffle; otherwise Spark plans a shuffle
+    join (docs/cluster-scale.md).
+    """
+    keys = keys_df.select("chunk_hash", F.col("chunk_id").alias("listed_chunk_id"), "cluster_hash")
+    is_listed = F.col("listed_chunk_id") == F.col("chunk_id")
+    return (
+        entries_df.withColumn("chunk_hash", chunk_hash(F.col("chunk_id"), salt))
+        .join(F.broadcast(keys) if broadcast else keys, on="chunk_hash", how="left")
+        .select(
+            *entries_df.columns,
+            F.when(is_listed, F.col("cluster_hash")).alias("cluster_hash"),
+            F.when(~F.coalesce(is_listed, F.lit(False)), F.col("chunk_id")).alias("missing_chunk"),
+        )
     )
 
 
-def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
-    """One row per (metric_date, request_id, is_malformed) with every metric of the request.
+COUNTS = ("results", "missing_cluster_results", "non_positive_ranks")
 
-    - Redelivered copies count once: the copy with the earliest served_at is kept (ties by a
-      hash of its content, so the choice does not depend on the order rows arrive in);
-      `copies` counts the rows read.
+
+def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
+    """One row per (metric_date, request_id, is_malformed) with every metric of the request
+    (one copy of it: see `filter_first_copies`).
+
     - Entries with a null chunk_id or rank are set aside (`invalid_entries`); the rest are
       ordered by rank, ties by array position.
     - `windows` holds unique_clusters for every k in `ks`.
     - Malformed rows group on their own and only carry `malformed_rows`.
+
+    Only built-in aggregates and array functions (no lambdas). What the lists collect is
+    computed in a projection first: the collecting aggregate evaluates its inputs without
+    generated code, so it is given plain columns.
     """
     is_valid = F.col("chunk_id").isNotNull() & F.col("rank").isNotNull()
-    is_entry = F.col("pos").isNotNull()
-    rows = keyed_entries_df.groupBy(*REQUEST_KEY).agg(
-        F.collect_list(
-            F.struct(
-                "served_at",
-                "copy_hash",
-                F.when(is_valid, F.struct("rank", "pos", "cluster_key", "is_missing")).alias(
-                    "entry"
-                ),
-                F.when(is_entry & ~is_valid, F.struct("pos", "rank", "chunk_id")).alias("bad"),
-            )
-        ).alias("rows"),
-        F.count(F.when(~is_entry | (F.col("pos") == 0), True)).alias("copies"),
-        F.collect_list("malformed_row").alias("malformed_rows"),
-    )
-    chosen = F.array_min(
-        F.transform(
-            "rows",
-            lambda r: F.struct(
-                r["served_at"].alias("served_at"), r["copy_hash"].alias("copy_hash")
-            ),
-        )
-    )
-    kept = F.filter(
-        "rows",
-        lambda r: (
-            (r["served_at"] == F.col("chosen.served_at"))
-            & (r["copy_hash"] == F.col("chosen.copy_hash"))
-        ),
-    )
-    # Identical copies contribute identical entries: array_distinct folds them back to one copy.
-    entries = F.array_sort(
-        F.array_distinct(F.filter(F.transform("kept", lambda r: r["entry"]), _is_not_null))
-    )
-    invalid = F.array_sort(
-        F.array_distinct(F.filter(F.transform("kept", lambda r: r["bad"]), _is_not_null))
-    )
-    keys = F.transform("entries", lambda e: e["cluster_key"])
-    missing = F.filter("entries", lambda e: e["is_missing"])
-    return (
-        rows.select(*REQUEST_KEY, "copies", "malformed_rows", "rows", chosen.alias("chosen"))
-        .select(
-            *REQUEST_KEY,
-            F.col("chosen.served_at").alias("served_at"),
-            "copies",
-            "malformed_rows",
-            kept.alias("kept"),
-        )
-        .select(
+    is_missing = is_valid & F.col("missing_chunk").isNotNull()
+    key = F.struct("cluster_hash", "missing_chunk")
+    rows = (
+        keyed_entries_df.select(
             *REQUEST_KEY,
             "served_at",
             "copies",
-            "malformed_rows",
-            entries.alias("entries"),
-            invalid.alias("invalid_entries"),
-        )
-        .select(
-            *REQUEST_KEY,
-            "served_at",
-            "copies",
-            F.size("entries").alias("results"),
-            F.size(missing).alias("missing_cluster_results"),
-            F.size(F.filter("entries", lambda e: e["rank"] <= 0)).alias("non_positive_ranks"),
-            windows(keys, ks).alias("windows"),
-            F.transform(missing, lambda e: F.substring(e["cluster_key"], 3, 1 << 30)).alias(
-                "missing_chunks"
+            "malformed_row",
+            is_valid.cast("int").alias("is_valid"),
+            is_missing.cast("int").alias("is_missing"),
+            (is_valid & (F.col("rank") <= 0)).cast("int").alias("is_non_positive"),
+            F.when(is_valid, F.struct("rank", "pos", key.alias("key"))).alias("entry"),
+            F.when(is_missing, F.col("missing_chunk")).alias("missing_chunk"),
+            F.when(F.col("pos").isNotNull() & ~is_valid, F.struct("pos", "rank", "chunk_id")).alias(
+                "invalid_entry"
             ),
-            "invalid_entries",
-            "malformed_rows",
+        )
+        .groupBy(*REQUEST_KEY)
+        .agg(
+            F.min("served_at").alias("served_at"),
+            F.max("copies").alias("copies"),
+            F.sum("is_valid").alias("results"),
+            F.sum("is_missing").alias("missing_cluster_results"),
+            F.sum("is_non_positive").alias("non_positive_ranks"),
+            # collect_list skips nulls: each list holds only what its column selected.
+            F.collect_list("entry").alias("entries"),
+            F.collect_list("missing_chunk").alias("missing_chunks"),
+            F.collect_list("invalid_entry").alias("invalid_entries"),
+            F.collect_list("malformed_row").alias("malformed_rows"),
         )
     )
-
-
-def _is_not_null(value: Column) -> Column:
-    return value.isNotNull()
+    keys = F.sort_array("entries").getField("key")  # in rank order, ties by position
+    return rows.select(
+        "metric_date",
+        "request_id",
+        "is_malformed",
+        "served_at",
+        "copies",
+        *[F.col(c).cast("int").alias(c) for c in COUNTS],
+        windows(keys, ks).alias("windows"),
+        "missing_chunks",
+        F.sort_array("invalid_entries").alias("invalid_entries"),
+        "malformed_rows",
+    )
 
 
 def unique_clusters_at(keys: Column, k: int) -> Column:
@@ -222,12 +272,20 @@ def windows(keys: Column, ks: Sequence[int]) -> Column:
     )
 
 
-def requests_by_key(logs_df: DataFrame, keys_df: DataFrame, ks: Sequence[int]) -> DataFrame:
+def requests_by_key(
+    logs_df: DataFrame,
+    keys_df: DataFrame,
+    ks: Sequence[int],
+    salt: int = 0,
+    broadcast: bool = True,
+) -> DataFrame:
     """Served-log rows + `cluster_keys(clusters)` -> `to_requests` rows (the one pass)."""
     return (
         logs_df.transform(with_row_status)
+        .transform(partition_by_request)
+        .transform(filter_first_copies)
         .transform(explode_entries)
-        .transform(with_cluster_keys, keys_df)
+        .transform(with_cluster_keys, keys_df, salt, broadcast)
         .transform(to_requests, ks)
     )
 

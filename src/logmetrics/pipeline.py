@@ -32,10 +32,12 @@ from pyspark.sql.types import (
 from logmetrics import ledger
 from logmetrics.config import Config
 from logmetrics.distributions import daily_distributions
+from logmetrics.errors import LogmetricsError
 from logmetrics.metrics import (
     cluster_keys,
     explode_windows,
     filter_served_requests,
+    key_hash_collisions,
     requests_by_key,
 )
 from logmetrics.quality.facts import (
@@ -134,20 +136,40 @@ def run_range(
     )
     if not dates:
         return summary
-    keys_df = cluster_keys(clusters.df).persist(StorageLevel.MEMORY_AND_DISK)
+    keys_df, salt = keyed_clusters(clusters.df)
     cluster_counts = cluster_facts(keys_df).first()
     assert cluster_counts is not None  # a global aggregate always has one row
+    counts = cluster_counts.asDict()
+    broadcast = counts.pop("cluster_chunks") <= BROADCAST_MAX_CHUNKS
     began = time.monotonic()
     try:
         for chunk_dates in date_chunks(dates, config.backfill.days_per_chunk):
             chunk_began = time.monotonic()
-            chunk = _Chunk(spark, config, chunk_dates, stamp, cluster_counts.asDict(), inputs)
-            days = chunk.compute_and_publish(keys_df)
+            chunk = _Chunk(spark, config, chunk_dates, stamp, counts, inputs)
+            days = chunk.compute_and_publish(keys_df, salt, broadcast)
             summary.days.extend(days)
             _log_progress(summary, days, len(dates), chunk_began, began)
     finally:
         keys_df.unpersist()
     return summary
+
+
+BROADCAST_MAX_CHUNKS = 20_000_000
+"""Up to this many chunk ids (about 1 GB hashed), the cluster keys are broadcast to every task
+and the logs are never shuffled after the explode; above it, Spark plans a shuffle join."""
+HASH_SALTS = 4
+
+
+def keyed_clusters(clusters_df: DataFrame) -> tuple[DataFrame, int]:
+    """`cluster_keys`, persisted, and its salt: hashes that no two chunk ids and no two cluster
+    keys share (checked: another salt is tried on a collision, so unique_clusters stays exact)."""
+    for salt in range(HASH_SALTS):
+        keys_df = cluster_keys(clusters_df, salt).persist(StorageLevel.MEMORY_AND_DISK)
+        if key_hash_collisions(keys_df).isEmpty():
+            return keys_df, salt
+        log.warning("hash collision in the cluster table with salt %d: trying another", salt)
+        keys_df.unpersist()
+    raise LogmetricsError(f"cluster keys collide under {HASH_SALTS} different hashes")
 
 
 @dataclass(frozen=True)
@@ -161,13 +183,15 @@ class _Chunk:
     cluster_counts: dict[str, Any]
     inputs: str  # the inputs fingerprint, for the ledger
 
-    def compute_and_publish(self, keys_df: DataFrame) -> list[DayResult]:
+    def compute_and_publish(
+        self, keys_df: DataFrame, salt: int, broadcast: bool
+    ) -> list[DayResult]:
         config = self.config
         self._record([(d, ledger.STARTED, None) for d in self.dates])
         logs_df = read_served_logs(
             self.spark, config.inputs.served_logs, self.dates[0], self.dates[-1]
         )
-        requests_df = requests_by_key(logs_df, keys_df, config.metrics.ks).persist(
+        requests_df = requests_by_key(logs_df, keys_df, config.metrics.ks, salt, broadcast).persist(
             StorageLevel.MEMORY_AND_DISK
         )
         try:

@@ -47,9 +47,10 @@ def day_facts(requests_df: DataFrame, days_df: DataFrame) -> DataFrame:
 
 
 def cluster_facts(keys_df: DataFrame) -> DataFrame:
-    """One row: chunk ids listed more than once, and cluster ids present but empty or blank,
-    from the per-chunk counts `metrics.cluster_keys` already made."""
+    """One row: distinct chunk ids, chunk ids listed more than once, and cluster ids present but
+    empty or blank, from the per-chunk counts `metrics.cluster_keys` already made."""
     return keys_df.agg(
+        F.count(F.lit(1)).alias("cluster_chunks"),
         F.count(F.when(F.col("listed") > 1, True))
         .cast("long")
         .alias("cluster_duplicate_chunk_ids"),
