@@ -33,7 +33,7 @@ def test_defaults_fill_what_the_file_leaves_out(config_file: Path) -> None:
     assert config.inputs.served_logs.format == "parquet"
     assert config.inputs.clusters.format == "delta"
     assert config.inputs.clusters.version is None
-    assert config.backfill.days_per_chunk == 7
+    assert config.backfill.days_per_chunk == 30
 
 
 def test_shipped_local_config_is_valid() -> None:

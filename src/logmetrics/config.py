@@ -131,7 +131,7 @@ class MetricsConfig(_Section):
 
 class BackfillConfig(_Section):
     days_per_chunk: StrictInt = Field(
-        default=7, ge=1, le=366, description="Days computed and committed together in a backfill."
+        default=30, ge=1, le=366, description="Days computed and committed together in a backfill."
     )
 
 
