@@ -50,3 +50,8 @@ def test_local_session_gets_delta_and_utc_and_user_settings_win() -> None:
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
     assert conf["spark.sql.shuffle.partitions"] == "3"
     assert Path(conf["spark.jars.ivySettings"]).is_file()
+
+
+def test_session_time_zone_stays_utc_whatever_the_config_says() -> None:
+    conf = local_conf(SparkConfig(conf={"spark.sql.session.timeZone": "Europe/Paris"}))
+    assert conf["spark.sql.session.timeZone"] == "UTC"

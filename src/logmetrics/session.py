@@ -76,9 +76,9 @@ def local_conf(settings: SparkConfig) -> dict[str, str]:
         "spark.sql.adaptive.enabled": "true",
         # Small Delta logs: rebuilding a snapshot over the default 50 partitions is pure overhead.
         "spark.databricks.delta.snapshotPartitions": "2",
-        **RUNTIME_CONF,
     }
     conf.update(settings.conf)
+    conf.update(RUNTIME_CONF)  # not overridable: metric_date is the UTC date of served_at
     return conf
 
 
