@@ -251,10 +251,20 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
         "copies",
         *[F.col(c).cast("int").alias(c) for c in COUNTS],
         windows(keys, ks).alias("windows"),
-        "missing_chunks",
-        F.sort_array("invalid_entries").alias("invalid_entries"),
-        "malformed_rows",
+        *[
+            _null_if_empty(F.sort_array(c) if c == "invalid_entries" else F.col(c)).alias(c)
+            for c in RARE_LISTS
+        ],
     )
+
+
+RARE_LISTS = ("missing_chunks", "invalid_entries", "malformed_rows")
+"""Lists that are empty for almost every request: null when empty, which makes the persisted
+per-request rows cheaper to scan (a null costs a bit, an empty array a decode)."""
+
+
+def _null_if_empty(values: Column) -> Column:
+    return F.when(F.size(values) > 0, values)
 
 
 def unique_clusters_at(keys: Column, k: int) -> Column:

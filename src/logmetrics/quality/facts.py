@@ -38,7 +38,7 @@ def day_facts(requests_df: DataFrame, days_df: DataFrame) -> DataFrame:
         (
             F.count(F.when(served, True)) - F.countDistinct(F.when(served, F.col("request_id")))
         ).alias("duplicate_request_ids"),
-        F.sum(F.size("invalid_entries")).alias("quarantined_entries"),
+        F.sum(F.size(F.coalesce("invalid_entries", F.array()))).alias("quarantined_entries"),
     )
     return days_df.join(facts, on="metric_date", how="left").select(
         "metric_date",
