@@ -165,6 +165,7 @@ def replace_dates(
     ensure_table(spark, ref)
     writer = (
         conform(df, table.schema)
+        .repartition(*table.partition_by)  # one file per date, whatever the upstream partitions
         .write.format("delta")
         .mode("overwrite")
         .option("replaceWhere", dates_predicate(dates))
