@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-fast lint format lock clean test-deploy
+.PHONY: install demo test test-fast lint format lock clean test-deploy bench
 
 install: $(STAMP)
 
@@ -25,6 +25,20 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow"
 
+# The performance benchmark (benchmarks/README.md), not part of `make test`: logmetrics against a
+# DuckDB reference and a naive Spark plan on 90 days of generated traffic, outputs checked.
+# Its extra packages (the `bench` extra: duckdb, psutil) go into .venv once. BENCH_ARGS, e.g.
+# `--repeats 1`, are passed on (`.venv/bin/python -m benchmarks --help`).
+BENCH_STAMP := $(VENV)/.bench-installed-stamp
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[bench]'
+	$(BIN)/python -m pip check
+	@touch $(BENCH_STAMP)
+
+bench: install $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
 lint: install
 	$(BIN)/ruff check src tests jobs
 	$(BIN)/ruff format --check src tests jobs
@@ -37,13 +51,14 @@ format: install
 # Re-resolve the pins from pyproject.toml in a scratch venv and write constraints.txt.
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
-	.lock-venv/bin/python -m pip install --quiet -e '.[dev]'
+	.lock-venv/bin/python -m pip install --quiet -e '.[dev,bench]'
 	.lock-venv/bin/python -m pip check
 	{ head -n 2 constraints.txt; .lock-venv/bin/python -m pip freeze --exclude-editable; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .lock-venv
 
 clean:
-	rm -rf $(VENV) .ivy2 warehouse data logs reports spark-warehouse .pytest_cache .hypothesis
+	rm -rf $(VENV) .ivy2 warehouse data logs reports spark-warehouse .pytest_cache .hypothesis \
+		bench-data bench-out
 
 # DAG integrity tests for deploy/airflow/dags (+ the bundle checks), in their own venv: Airflow
 # pins clash with the main one. No database, no scheduler: the tests parse and render the DAGs.

@@ -1,0 +1,207 @@
+"""The three engines the benchmark times, each a separate process over the same workload.
+
+- `logmetrics`: the project's CLI, `logmetrics backfill`, with a config written for the run
+  (Spark's event log on, so that the time can be broken down afterwards), into a fresh
+  warehouse. Only the CLI, the config and the output tables are used: no internals.
+- `duckdb`: the SQL reference (`benchmarks.duckdb_reference`).
+- `naive`: the textbook Spark plan (`benchmarks.naive_spark`).
+
+Every run gets its own directory, emptied first; the outputs of the last run of each
+(workload, engine) stay there for the correctness check.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import yaml
+
+from benchmarks import duckdb_reference, naive_spark
+from benchmarks.datasets import Dataset
+
+# logmetrics' output tables, under output.warehouse (its README, "Outputs").
+BY_QUERY_TABLE = "unique_clusters_by_query"
+DAILY_TABLE = "unique_clusters_daily"
+KS = (5, 10, 20)
+THRESHOLD = 4
+DRIVER_MEMORY = "4g"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The first `days` days of a dataset, with every k of `KS`."""
+
+    name: str
+    dataset: Dataset
+    days: int
+
+    @property
+    def start(self) -> dt.date:
+        return self.dataset.spec.start
+
+    @property
+    def end(self) -> dt.date:
+        return self.dataset.spec.end(self.days)
+
+    def job_arguments(self) -> list[str]:
+        """The command-line arguments the reference and the naive plan share."""
+        return [
+            "--served-logs",
+            str(self.dataset.served_logs),
+            "--clusters",
+            str(self.dataset.clusters),
+            "--start",
+            self.start.isoformat(),
+            "--end",
+            self.end.isoformat(),
+            "--ks",
+            ",".join(str(k) for k in KS),
+            "--threshold",
+            str(THRESHOLD),
+        ]
+
+
+class Engine(Protocol):
+    name: str
+
+    def prepare(self, workload: Workload, run_dir: Path) -> list[str]:
+        """Set up `run_dir` (empty) and return the command that runs the workload."""
+        ...
+
+    def outputs(self, run_dir: Path) -> dict[str, str]:
+        """Where the run's per-query and daily outputs are, for `benchmarks.check`."""
+        ...
+
+
+def fresh_dir(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+class Logmetrics:
+    """`logmetrics backfill` over the workload's dates, event log on, into a new warehouse."""
+
+    name = "logmetrics"
+
+    def prepare(self, workload: Workload, run_dir: Path) -> list[str]:
+        config = self.config_path(run_dir)
+        fresh_dir(run_dir)
+        (run_dir / "events").mkdir()  # Spark does not create the event log directory
+        config.write_text(yaml.safe_dump(self._config(workload, run_dir), sort_keys=False))
+        executable = Path(sys.executable).with_name("logmetrics")
+        return [
+            str(executable),
+            "backfill",
+            "--config",
+            str(config),
+            "--start",
+            workload.start.isoformat(),
+            "--end",
+            workload.end.isoformat(),
+        ]
+
+    @staticmethod
+    def config_path(run_dir: Path) -> Path:
+        return run_dir / "config.yaml"
+
+    @staticmethod
+    def events_dir(run_dir: Path) -> Path:
+        return run_dir / "events"
+
+    def outputs(self, run_dir: Path) -> dict[str, str]:
+        warehouse = run_dir / "warehouse"
+        return {
+            "format": "delta",
+            "by_query": str(warehouse / BY_QUERY_TABLE),
+            "daily": str(warehouse / DAILY_TABLE),
+        }
+
+    @staticmethod
+    def _config(workload: Workload, run_dir: Path) -> dict[str, object]:
+        """Inputs, outputs, metrics and Spark; everything else (backfill.days_per_chunk, the
+        quality gates) is the project's default, so the benchmark times what users run."""
+        return {
+            "inputs": {
+                "served_logs": {
+                    "path": str(workload.dataset.served_logs),
+                    "format": "parquet",
+                    "date_partition": "auto",
+                },
+                "clusters": {"path": str(workload.dataset.clusters), "format": "parquet"},
+            },
+            "output": {"warehouse": str(run_dir / "warehouse")},
+            "metrics": {"ks": list(KS), "threshold": THRESHOLD},
+            "spark": {
+                "master": "local[*]",
+                "driver_memory": DRIVER_MEMORY,
+                "log_dir": str(run_dir / "logs"),
+                "conf": {
+                    "spark.eventLog.enabled": "true",
+                    "spark.eventLog.dir": str(run_dir / "events"),
+                    "spark.eventLog.compress": "false",  # JSON lines we can read back
+                },
+            },
+        }
+
+
+class DuckDBReference:
+    """The SQL reference, `python -m benchmarks.duckdb_reference`."""
+
+    name = "duckdb"
+
+    def prepare(self, workload: Workload, run_dir: Path) -> list[str]:
+        fresh_dir(run_dir)
+        return [
+            sys.executable,
+            "-m",
+            "benchmarks.duckdb_reference",
+            *workload.job_arguments(),
+            "--out",
+            str(run_dir),
+            "--timings",
+            str(self.steps_path(run_dir)),
+        ]
+
+    @staticmethod
+    def steps_path(run_dir: Path) -> Path:
+        return run_dir / "steps.json"
+
+    def outputs(self, run_dir: Path) -> dict[str, str]:
+        return {
+            "format": "parquet",
+            "by_query": str(run_dir / duckdb_reference.BY_QUERY_FILE),
+            "daily": str(run_dir / duckdb_reference.DAILY_FILE),
+        }
+
+
+class NaiveSpark:
+    """The naive plan, `python -m benchmarks.naive_spark`."""
+
+    name = "naive"
+
+    def prepare(self, workload: Workload, run_dir: Path) -> list[str]:
+        fresh_dir(run_dir)
+        return [
+            sys.executable,
+            "-m",
+            "benchmarks.naive_spark",
+            *workload.job_arguments(),
+            "--driver-memory",
+            DRIVER_MEMORY,
+            "--out",
+            str(run_dir),
+        ]
+
+    def outputs(self, run_dir: Path) -> dict[str, str]:
+        return {
+            "format": "parquet",
+            "by_query": str(run_dir / naive_spark.BY_QUERY_DIR),
+            "daily": str(run_dir / naive_spark.DAILY_DIR),
+        }

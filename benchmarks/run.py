@@ -1,0 +1,295 @@
+"""`make bench`: generate the data once, time the engines alternately, check, report.
+
+1. Datasets (regenerated only when missing): top-10 lists over `--days` days (90) and top-20
+   lists over a third of them (30), `--queries-per-day` requests a day (40,000), dirty.
+2. Workloads: top-10 over 90, 30 and 60 days, top-20 over 30 days. Each round runs every
+   workload's engines back to back (logmetrics, DuckDB, then the naive plan on the 90 days),
+   so that a slow spell of the machine hits all of them alike; `--repeats` rounds.
+3. Where logmetrics' time goes, from the Spark event log of its last 90-day run.
+4. Correctness: every engine's last outputs against the DuckDB reference's (`benchmarks.check`).
+5. benchmarks/results.json, the table in benchmarks/README.md, the table on stdout. Exit 1 if
+   a run failed or an output differs from the reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from benchmarks import eventlog, machine, report
+from benchmarks.datasets import Dataset, DatasetSpec, ensure_dataset
+from benchmarks.engines import (
+    KS,
+    THRESHOLD,
+    DuckDBReference,
+    Engine,
+    Logmetrics,
+    NaiveSpark,
+    Workload,
+)
+from benchmarks.measure import Measurement, run_measured
+from benchmarks.report import RunRecord, WorkloadInfo
+
+log = logging.getLogger("benchmarks")
+
+REPO = Path(__file__).resolve().parent.parent
+START = dt.date(2026, 1, 1)
+LOGMETRICS, DUCKDB, NAIVE = Logmetrics(), DuckDBReference(), NaiveSpark()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The workloads, which engines run on each, and how often."""
+
+    workloads: list[Workload]
+    engines: dict[str, list[Engine]]
+    main: str  # the 90-day top-10 workload
+    short: str  # the 30-day top-10 workload
+    repeats: int
+    naive_repeats: int
+
+    def schedule(self) -> list[tuple[int, Workload, Engine]]:
+        """(round, workload, engine) in run order: engines alternate within every round."""
+        return [
+            (round_, workload, engine)
+            for round_ in range(self.repeats)
+            for workload in self.workloads
+            for engine in self.engines[workload.name]
+            if engine is not NAIVE or round_ < self.naive_repeats
+        ]
+
+
+def build_plan(args: argparse.Namespace) -> Plan:
+    """Generate (or reuse) both datasets and lay out the workloads over them."""
+    third = args.days // 3
+    top10 = _dataset(args, list_length=10, days=args.days)
+    top20 = _dataset(args, list_length=20, days=third)
+    workloads = [
+        Workload(f"top10-{args.days}d", top10, args.days),
+        Workload(f"top10-{third}d", top10, third),
+        Workload(f"top10-{2 * third}d", top10, 2 * third),
+        Workload(f"top20-{third}d", top20, third),
+    ]
+    main, short = workloads[0].name, workloads[1].name
+    engines: dict[str, list[Engine]] = {w.name: [LOGMETRICS, DUCKDB] for w in workloads}
+    if args.naive_repeats > 0:
+        engines[main] = [LOGMETRICS, DUCKDB, NAIVE]
+    return Plan(
+        workloads, engines, main, short, args.repeats, min(args.naive_repeats, args.repeats)
+    )
+
+
+def _dataset(args: argparse.Namespace, list_length: int, days: int) -> Dataset:
+    spec = DatasetSpec(
+        name=f"top{list_length}-{days}d-{args.queries_per_day}q-seed{args.seed}",
+        start=START,
+        days=days,
+        queries_per_day=args.queries_per_day,
+        seed=args.seed,
+        list_length=list_length,
+    )
+    return ensure_dataset(spec, args.data_dir)
+
+
+def run_dir(out_dir: Path, workload: Workload, engine: Engine) -> Path:
+    return out_dir / workload.name / engine.name
+
+
+def time_runs(plan: Plan, out_dir: Path, timeout_s: float) -> list[RunRecord]:
+    """Every run of the schedule, measured (a run taking over `timeout_s` is killed, failed)."""
+    schedule = plan.schedule()
+    records = []
+    for number, (round_, workload, engine) in enumerate(schedule, start=1):
+        directory = run_dir(out_dir, workload, engine)
+        command = engine.prepare(workload, directory)
+        measured = run_measured(
+            command, log=directory.parent / f"{engine.name}.log", cwd=REPO, timeout_s=timeout_s
+        )
+        steps = None
+        if engine is DUCKDB and measured.ok:
+            steps = json.loads(DUCKDB.steps_path(directory).read_text())
+        records.append(
+            RunRecord(
+                workload=workload.name,
+                engine=engine.name,
+                round=round_,
+                exit_code=measured.exit_code,
+                wall_s=measured.wall_s,
+                peak_tree_rss=measured.peak_tree_rss,
+                peak_jvm_rss=measured.peak_jvm_rss,
+                log=str(measured.log),
+                timed_out=measured.timed_out,
+                steps_s=steps,
+            )
+        )
+        log.info(
+            "[%d/%d] %s %s: %s in %.1f s, peak RSS %.2f GiB",
+            number,
+            len(schedule),
+            workload.name,
+            engine.name,
+            "ok" if measured.ok else _failure(measured),
+            measured.wall_s,
+            measured.peak_tree_rss / report.GIB,
+        )
+    return records
+
+
+def _failure(measured: Measurement) -> str:
+    why = "timed out" if measured.timed_out else f"exit {measured.exit_code}"
+    return f"FAILED ({why}, see {measured.log})"
+
+
+def check_outputs(plan: Plan, out_dir: Path, records: list[RunRecord]) -> dict[str, Any]:
+    """Compare the last outputs of every engine with the reference's, in one Spark process."""
+    succeeded = {(r.workload, r.engine) for r in records if r.ok}
+    comparisons = []
+    for workload in plan.workloads:
+        if (workload.name, DUCKDB.name) not in succeeded:
+            continue
+        reference = DUCKDB.outputs(run_dir(out_dir, workload, DUCKDB))
+        for engine in plan.engines[workload.name]:
+            if engine is not DUCKDB and (workload.name, engine.name) in succeeded:
+                comparisons.append(
+                    {
+                        "name": f"{workload.name} {engine.name}",
+                        "expected": reference,
+                        "actual": engine.outputs(run_dir(out_dir, workload, engine)),
+                    }
+                )
+    if not comparisons:
+        return {}
+    plan_file, verdict_file = out_dir / "check-plan.json", out_dir / "check.json"
+    plan_file.write_text(json.dumps(comparisons, indent=2) + "\n")
+    log.info("checking %d output(s) against the DuckDB reference", len(comparisons))
+    command = [sys.executable, "-m", "benchmarks.check", "--plan", str(plan_file)]
+    command += ["--out", str(verdict_file), "--log-dir", str(out_dir / "check-logs")]
+    measured = run_measured(command, log=out_dir / "check.log", cwd=REPO, timeout_s=3600)
+    if not verdict_file.exists():
+        error = f"the check did not finish (exit {measured.exit_code}), see {measured.log}"
+        return {"check": {"ok": False, "error": error}}
+    verdicts: dict[str, Any] = json.loads(verdict_file.read_text())
+    return verdicts
+
+
+def workload_info(workload: Workload, out_dir: Path) -> WorkloadInfo:
+    """Requests and served results (valid entries) of the workload, from the reference's output."""
+    daily = Path(DUCKDB.outputs(run_dir(out_dir, workload, DUCKDB))["daily"])
+    requests = results = None
+    if daily.exists():
+        with duckdb.connect() as con:
+            row = con.execute(
+                f"SELECT sum(queries), sum(results) FROM '{daily}' WHERE k = {min(KS)}"
+            ).fetchone()
+        if row is not None:
+            requests, results = int(row[0]), int(row[1])
+    length = workload.dataset.spec.list_length
+    return WorkloadInfo(
+        name=workload.name,
+        label=f"top-{length}, {workload.days} day{'s' if workload.days != 1 else ''}",
+        days=workload.days,
+        list_length=length,
+        served_requests=requests,
+        served_results=results,
+    )
+
+
+def where_the_time_goes(plan: Plan, out_dir: Path, records: list[RunRecord]) -> dict[str, Any]:
+    """The event-log summary of logmetrics' last run of the main workload, if it succeeded."""
+    last = [r for r in records if r.workload == plan.main and r.engine == LOGMETRICS.name]
+    if not last or not last[-1].ok:
+        return {}
+    main = next(w for w in plan.workloads if w.name == plan.main)
+    return eventlog.summarize(Logmetrics.events_dir(run_dir(out_dir, main, LOGMETRICS)))
+
+
+def days_per_chunk(plan: Plan, out_dir: Path) -> int | None:
+    """The backfill.days_per_chunk logmetrics ran with (its default: the config leaves it out)."""
+    from logmetrics.config import load_config
+
+    main = next(w for w in plan.workloads if w.name == plan.main)
+    config = Logmetrics.config_path(run_dir(out_dir, main, LOGMETRICS))
+    return load_config([config]).backfill.days_per_chunk if config.exists() else None
+
+
+def build_results(
+    plan: Plan, args: argparse.Namespace, records: list[RunRecord], checks: dict[str, Any]
+) -> dict[str, Any]:
+    infos = [workload_info(w, args.out_dir) for w in plan.workloads]
+    summary = report.summarize(infos, records)
+    checks_ok = all(v.get("ok") for v in checks.values()) if checks else None
+    described = machine.describe(REPO)
+    return {
+        "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": described,
+        "machine_line": machine.summary_line(described),
+        "parameters": {
+            "queries_per_day": args.queries_per_day,
+            "seed": args.seed,
+            "start": START.isoformat(),
+            "ks": list(KS),
+            "threshold": THRESHOLD,
+            "repeats": plan.repeats,
+            "naive_repeats": plan.naive_repeats,
+            "logmetrics_days_per_chunk": days_per_chunk(plan, args.out_dir),
+        },
+        "workloads": summary,
+        "targets": report.targets(summary, plan.main, plan.short, checks_ok),
+        "where_the_time_goes": where_the_time_goes(plan, args.out_dir, records),
+        "checks": checks,
+        "runs": [asdict(r) for r in records],
+    }
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--days", type=int, default=90, help="days of the long workload")
+    parser.add_argument("--queries-per-day", type=int, default=40_000)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of timed runs")
+    parser.add_argument(
+        "--naive-repeats", type=int, default=1, help="rounds that include the naive plan (0: none)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=3600, help="seconds after which a run is killed"
+    )
+    parser.add_argument("--data-dir", type=Path, default=REPO / "bench-data")
+    parser.add_argument("--out-dir", type=Path, default=REPO / "bench-out")
+    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results.json")
+    parser.add_argument("--readme", type=Path, default=REPO / "benchmarks" / "README.md")
+    args = parser.parse_args(argv)
+    if args.days < 3 or args.repeats < 1:
+        parser.error("--days must be at least 3 and --repeats at least 1")
+    args.data_dir, args.out_dir = args.data_dir.resolve(), args.out_dir.resolve()
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    args = _parse_args(argv)
+    plan = build_plan(args)
+    records = time_runs(plan, args.out_dir, args.timeout)
+    checks = check_outputs(plan, args.out_dir, records)
+    results = build_results(plan, args, records, checks)
+    args.results.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    section = report.markdown(results)
+    if not report.update_readme(args.readme, section):
+        log.warning("%s has no results markers; the table is only printed", args.readme)
+    print(section)
+    failed = [f"{r.workload} {r.engine}" for r in records if not r.ok]
+    wrong = [name for name, verdict in checks.items() if not verdict.get("ok")]
+    if failed or wrong or not checks:
+        log.error("failed runs: %s; outputs differing from the reference: %s", failed, wrong)
+        return 1
+    return 0
