@@ -40,13 +40,13 @@ bench: install $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 lint: install
-	$(BIN)/ruff check src tests jobs
-	$(BIN)/ruff format --check src tests jobs
+	$(BIN)/ruff check src tests jobs benchmarks
+	$(BIN)/ruff format --check src tests jobs benchmarks
 	$(BIN)/mypy
 
 format: install
-	$(BIN)/ruff format src tests jobs
-	$(BIN)/ruff check --fix src tests jobs
+	$(BIN)/ruff format src tests jobs benchmarks
+	$(BIN)/ruff check --fix src tests jobs benchmarks
 
 # Re-resolve the pins from pyproject.toml in a scratch venv and write constraints.txt.
 lock:

@@ -168,14 +168,19 @@ def _stage_row(app: _App, stage: _Stage) -> dict[str, Any]:
     return {
         "stage_id": stage.stage_id,
         "attempt": stage.attempt,
-        "name": stage.name,
-        "description": _description(app, stage),
+        "name": _in_repo(stage.name),
+        "description": _in_repo(_description(app, stage)),
         "duration_s": _s(stage.duration_ms),
         "tasks": stage.tasks,
         "executor_run_s": _s(stage.executor_run_ms),
         "executor_cpu_s": _s(stage.executor_cpu_ms),
         "jobs": stage.job_ids,
     }
+
+
+def _in_repo(text: str) -> str:
+    """Call sites relative to the repository (`src/logmetrics/...`), not this machine's paths."""
+    return re.sub(r"\S*/(src/logmetrics/)", r"\1", text)
 
 
 def _description(app: _App, stage: _Stage) -> str:

@@ -126,7 +126,7 @@ def time_runs(plan: Plan, out_dir: Path, timeout_s: float) -> list[RunRecord]:
                 wall_s=measured.wall_s,
                 peak_tree_rss=measured.peak_tree_rss,
                 peak_jvm_rss=measured.peak_jvm_rss,
-                log=str(measured.log),
+                log=_relative(measured.log),
                 timed_out=measured.timed_out,
                 steps_s=steps,
             )
@@ -293,3 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("failed runs: %s; outputs differing from the reference: %s", failed, wrong)
         return 1
     return 0
+
+
+def _relative(path: Path) -> str:
+    """A path under the repository as a relative one: results.json is committed."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
