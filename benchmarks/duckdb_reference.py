@@ -11,10 +11,13 @@ The formulation (see the README for the ones it beat):
 1. `cluster_keys`: chunk_id -> an integer key. A chunk takes its smallest non-null cluster_id;
    clustered chunks share the dense rank of that id, every chunk without one gets a key of its
    own, so a singleton never collides with a cluster. Chunks absent from the table get no key.
-2. `served`: one row per well-formed log row served on the dates, with an integer row id
-   (file_index, file_row_number), so that nothing downstream groups by a string.
-3. `per_row`: the only pass over the 36M entries. Entries are unnested with their array
-   position, joined to `cluster_keys`, and folded back per row id into ONE list of UHUGEINTs,
+2. `logs`, `served`, `entries`: the logs are read once, into a table of the well-formed rows
+   served on the dates, each with an integer row id (file_index, file_row_number) so that
+   nothing downstream groups by a string; `served` keeps their row columns, `entries` their
+   valid entries, unnested with the array position. Materializing the entries pays: the join
+   and the GROUP BY that follow run about twice as fast from a table as behind an unnest.
+3. `per_row`: the only pass over the 36M entries, joined to `cluster_keys` and folded back per
+   row id into ONE list of UHUGEINTs,
    (rank, position) in the high 64 bits and the key in the low 64: `list_sort` then orders a
    row's keys by rank, ties by position, with no struct sort and no ordered aggregate.
    unique-clusters@k counts the first occurrences among the first k keys; chunks absent from

@@ -8,7 +8,10 @@ The event log is JSON lines: one file per application, or (Spark 4's rolling for
   Python, the quality suite);
 - the slowest stages: duration, task count, summed executor run time, and what they were for
   (the job's description, else its SQL execution's, else the stage name);
-- the slowest SQL executions (one per DataFrame action).
+- the slowest SQL executions (one per DataFrame action; nested ones, such as a Delta write's
+  own, are inside their action's time and left out);
+- the driver JVM's memory as Spark sampled it (peak heap used, off-heap, execution and storage
+  memory, GC time), to read the process RSS against `spark.driver.memory`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,13 @@ from typing import Any
 SQL_START = "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionStart"
 SQL_END = "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd"
 COMPRESSED_SUFFIXES = (".lz4", ".lzf", ".snappy", ".zstd")
+# Peaks kept from the executor metrics Spark attaches to every finished task (bytes; GC: ms).
+JVM_METRICS = {
+    "JVMHeapMemory": "heap_used_peak_gib",
+    "JVMOffHeapMemory": "off_heap_peak_gib",
+    "OnHeapExecutionMemory": "execution_memory_peak_gib",
+    "OnHeapStorageMemory": "storage_memory_peak_gib",
+}
 # The target of a DataFrame write, in a plan's SaveIntoDataSourceCommand arguments.
 _WRITE_PATH = re.compile(r"\bpath=([^,\]\s]+)")
 
@@ -56,6 +66,7 @@ class _App:
     stage_jobs: dict[int, list[int]] = field(default_factory=dict)
     sql: dict[str, dict[str, Any]] = field(default_factory=dict)
     tasks: int = 0
+    jvm_peaks: dict[str, int] = field(default_factory=dict)
 
 
 def find_event_log(events_dir: Path) -> list[Path]:
@@ -101,6 +112,7 @@ def summarize(events_dir: Path, top: int = 15) -> dict[str, Any]:
         "stages": len(app.stages),
         "tasks": app.tasks,
         "executor_run_s_total": _s(sum(s.executor_run_ms for s in app.stages)),
+        "jvm_memory": _jvm_memory(app.jvm_peaks),
         "top_stages": [_stage_row(app, s) for s in slowest],
         "top_sql_executions": _top_sql(app, top),
     }
@@ -131,13 +143,26 @@ def _apply(app: _App, event: dict[str, Any]) -> None:
         app.stages.append(_stage(event["Stage Info"]))
     elif kind == "SparkListenerTaskEnd":
         app.tasks += 1
-    elif kind == SQL_START:
+        for name, value in (event.get("Task Executor Metrics") or {}).items():
+            app.jvm_peaks[name] = max(app.jvm_peaks.get(name, 0), int(value))
+    elif kind == SQL_START and _is_root(event):
         app.sql[str(event["executionId"])] = {
             "description": _sql_description(event),
             "start_ms": int(event["time"]),
         }
     elif kind == SQL_END and str(event["executionId"]) in app.sql:
         app.sql[str(event["executionId"])]["end_ms"] = int(event["time"])
+
+
+def _is_root(event: dict[str, Any]) -> bool:
+    return str(event.get("rootExecutionId", event["executionId"])) == str(event["executionId"])
+
+
+def _jvm_memory(peaks: dict[str, int]) -> dict[str, float]:
+    """Peaks of the driver's memory as sampled at task ends (a lower bound of the true peak)."""
+    memory = {key: round(peaks.get(name, 0) / 2**30, 3) for name, key in JVM_METRICS.items()}
+    memory["gc_time_s"] = round(peaks.get("TotalGCTime", 0) / 1000, 3)
+    return memory
 
 
 def _sql_description(event: dict[str, Any]) -> str:
@@ -210,7 +235,7 @@ def _top_sql(app: _App, top: int) -> list[dict[str, Any]]:
     return [
         {
             "execution_id": e["execution_id"],
-            "description": e["description"],
+            "description": _in_repo(e["description"]),
             "duration_s": _s(e["duration_ms"]),
         }
         for e in finished[:top]

@@ -164,7 +164,8 @@ def markdown(results: dict[str, Any]) -> str:
         verdict = {None: "n/a", True: "pass", False: "**FAIL**"}[target["pass"]]
         lines.append(f"| {target['name']} | {target['measured']} | {target['limit']} | {verdict} |")
     main = next(iter(results["workloads"].values()))["label"]
-    lines += ["", *_time_lines(results.get("where_the_time_goes"), main)]
+    driver_memory = results["parameters"]["driver_memory"]
+    lines += ["", *_time_lines(results.get("where_the_time_goes"), main, driver_memory)]
     return "\n".join(lines) + "\n"
 
 
@@ -192,15 +193,19 @@ def _table_row(workload: dict[str, Any]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def _time_lines(summary: dict[str, Any] | None, workload: str) -> list[str]:
+def _time_lines(summary: dict[str, Any] | None, workload: str, driver_memory: str) -> list[str]:
     if not summary:
         return []
+    memory = summary["jvm_memory"]
     lines = [
         f"Where logmetrics' time goes ({workload}, Spark event log): "
         f"{summary['app_wall_s']:.0f} s from "
         f"session start to stop, {summary['time_in_jobs_s']:.0f} s with a Spark job running, "
         f"{summary['time_outside_jobs_s']:.0f} s on the driver alone; {summary['jobs']} jobs, "
-        f"{summary['stages']} stages, {summary['tasks']} tasks. Slowest stages:",
+        f"{summary['stages']} stages, {summary['tasks']} tasks. Driver JVM as Spark sampled it: "
+        f"heap used {memory['heap_used_peak_gib']:.2f} GiB at most (driver memory "
+        f"{driver_memory}), off-heap "
+        f"{memory['off_heap_peak_gib']:.2f} GiB, GC {memory['gc_time_s']:.1f} s. Slowest stages:",
         "",
         "| stage | what | duration | tasks | executor time |",
         "|---:|---|---:|---:|---:|",

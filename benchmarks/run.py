@@ -28,6 +28,7 @@ import duckdb
 from benchmarks import eventlog, machine, report
 from benchmarks.datasets import Dataset, DatasetSpec, ensure_dataset
 from benchmarks.engines import (
+    DRIVER_MEMORY,
     KS,
     THRESHOLD,
     DuckDBReference,
@@ -238,6 +239,7 @@ def build_results(
             "start": START.isoformat(),
             "ks": list(KS),
             "threshold": THRESHOLD,
+            "driver_memory": DRIVER_MEMORY,
             "repeats": plan.repeats,
             "naive_repeats": plan.naive_repeats,
             "logmetrics_days_per_chunk": days_per_chunk(plan, args.out_dir),
