@@ -8,6 +8,7 @@ not depend on the number of days generated, so shorter runs read a prefix of the
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import logging
@@ -84,3 +85,16 @@ def ensure_dataset(spec: DatasetSpec, data_root: Path) -> Dataset:
     )
     marker.write_text(json.dumps(spec.marker(), indent=2) + "\n")
     return Dataset(spec, root)
+
+
+def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The options every engine process takes (what `engines.Workload.job_arguments` passes)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--served-logs", type=Path, required=True, help="Parquet served logs")
+    parser.add_argument("--clusters", type=Path, required=True, help="Parquet cluster table")
+    parser.add_argument("--start", type=dt.date.fromisoformat, required=True)
+    parser.add_argument("--end", type=dt.date.fromisoformat, required=True)
+    parser.add_argument("--ks", default="5,10,20", help="comma-separated k values")
+    parser.add_argument("--threshold", type=int, default=4)
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    return parser

@@ -44,6 +44,8 @@ from pathlib import Path
 
 import duckdb
 
+from benchmarks.datasets import job_parser
+
 BY_QUERY_FILE = "by_query.parquet"
 DAILY_FILE = "daily.parquet"
 QUANTILES = {"p10": 0.10, "p25": 0.25, "median": 0.50, "p75": 0.75, "p90": 0.90}
@@ -272,16 +274,7 @@ def run(job: Job) -> dict[str, float]:
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.duckdb_reference", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--served-logs", type=Path, required=True, help="Parquet served logs")
-    parser.add_argument("--clusters", type=Path, required=True, help="Parquet cluster table")
-    parser.add_argument("--start", type=dt.date.fromisoformat, required=True)
-    parser.add_argument("--end", type=dt.date.fromisoformat, required=True)
-    parser.add_argument("--ks", default="5,10,20", help="comma-separated k values")
-    parser.add_argument("--threshold", type=int, default=4)
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser = job_parser("python -m benchmarks.duckdb_reference", __doc__.split("\n\n")[0])
     parser.add_argument("--timings", type=Path, help="write the step timings here (JSON)")
     return parser.parse_args(argv)
 

@@ -19,6 +19,8 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from benchmarks.datasets import job_parser
+
 QUANTILES = {"p10": 0.10, "p25": 0.25, "median": 0.50, "p75": 0.75, "p90": 0.90}
 BY_QUERY_DIR = "by_query"
 DAILY_DIR = "daily"
@@ -184,17 +186,8 @@ def run(
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.naive_spark", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--served-logs", type=Path, required=True, help="Parquet served logs")
-    parser.add_argument("--clusters", type=Path, required=True, help="Parquet cluster table")
-    parser.add_argument("--start", type=dt.date.fromisoformat, required=True)
-    parser.add_argument("--end", type=dt.date.fromisoformat, required=True)
-    parser.add_argument("--ks", default="5,10,20", help="comma-separated k values")
-    parser.add_argument("--threshold", type=int, default=4)
+    parser = job_parser("python -m benchmarks.naive_spark", __doc__.split("\n\n")[0])
     parser.add_argument("--driver-memory", default="4g")
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
     return parser.parse_args(argv)
 
 
