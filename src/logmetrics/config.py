@@ -28,6 +28,7 @@ from pydantic import (
 from logmetrics.errors import ConfigError
 
 _COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED_COLUMNS = {"request_id", "served_at", "results", "metric_date"}
 
 
 class _Section(BaseModel):
@@ -116,6 +117,13 @@ class MetricsConfig(_Section):
         ge=0,
         description="share_at_or_below_threshold counts queries with unique_clusters@k <= this.",
     )
+    segment_by: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "Log columns to break the daily tables down by (e.g. [surface, index_version]): "
+            "rows per value of each, beside the all-traffic rows (segment = 'all')."
+        ),
+    )
 
     @field_validator("ks")
     @classmethod
@@ -127,6 +135,34 @@ class MetricsConfig(_Section):
         if len(set(value)) != len(value):
             raise ValueError(f"must not repeat a k, got {list(value)}")
         return tuple(sorted(value))
+
+    @field_validator("segment_by")
+    @classmethod
+    def _segment_columns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _COLUMN_NAME.match(name):
+                raise ValueError(f"{name!r} is not a column name")
+            if name in _RESERVED_COLUMNS:
+                raise ValueError(f"{name!r} is a column of the logs contract, not a segment")
+        if len(set(value)) != len(value):
+            raise ValueError(f"must not repeat a column, got {list(value)}")
+        return value
+
+
+class CostConfig(_Section):
+    """The price of a redundant slot (`redundancy_cost_daily`)."""
+
+    tokens_per_slot: StrictInt = Field(
+        default=510,
+        ge=0,
+        description=(
+            "Prompt tokens per result slot, for results without a `tokens` field "
+            "(the background chapter: 5,100 tokens for 10 slots)."
+        ),
+    )
+    usd_per_million_input_tokens: float = Field(
+        default=3.0, ge=0, description="Input-token price of the model the results are sent to."
+    )
 
 
 class BackfillConfig(_Section):
@@ -215,6 +251,7 @@ class Config(_Section):
     inputs: InputsConfig
     output: OutputConfig
     metrics: MetricsConfig = MetricsConfig()
+    cost: CostConfig = CostConfig()
     backfill: BackfillConfig = BackfillConfig()
     quality: QualityConfig = QualityConfig()
     spark: SparkConfig = SparkConfig()
@@ -222,7 +259,7 @@ class Config(_Section):
     def fingerprint(self) -> str:
         """A short stable hash of everything that can change what a day publishes: inputs,
         metric settings and the quality gates (not where the output goes or how Spark runs)."""
-        relevant = self.model_dump(include={"inputs", "metrics", "quality"}, mode="json")
+        relevant = self.model_dump(include={"inputs", "metrics", "cost", "quality"}, mode="json")
         blob = json.dumps(relevant, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -33,6 +33,7 @@ RESULT_ENTRY = StructType(
         StructField("chunk_id", StringType()),
     ]
 )
+"""A served result. An optional integer `tokens` field (its prompt tokens) prices redundancy."""
 
 SERVED_LOGS = StructType(
     [
@@ -88,10 +89,31 @@ BY_QUERY = StructType(
     ]
 )
 
+ALL_TRAFFIC = "all"
+"""`segment` and `segment_value` of the rows over all traffic."""
+NULL_SEGMENT_VALUE = "(null)"
+"""`segment_value` of the requests whose segment column is null."""
+
+_SEGMENT_FIELDS = [
+    _field(
+        "segment",
+        StringType(),
+        "The metrics.segment_by column the row breaks down by; 'all' for all traffic.",
+        False,
+    ),
+    _field(
+        "segment_value",
+        StringType(),
+        "That column's value (as text, '(null)' for null); 'all' for all traffic.",
+        False,
+    ),
+]
+
 DAILY = StructType(
     [
         _field("metric_date", DateType(), "UTC date of served_at.", False),
         _field("k", IntegerType(), "Window size.", False),
+        *_SEGMENT_FIELDS,
         _field(
             "queries", LongType(), "Served requests that day (redeliveries counted once).", False
         ),
@@ -151,6 +173,71 @@ DAILY = StructType(
             "quarantined_entries",
             LongType(),
             "Entries with a null chunk_id or rank, dropped and in the quarantine table.",
+            False,
+        ),
+        *_RUN_FIELDS,
+    ]
+)
+
+K_SWEEP = StructType(
+    [
+        _field("metric_date", DateType(), "UTC date of served_at.", False),
+        _field("k", IntegerType(), "Slot: every k from 1 to the largest metrics.ks.", False),
+        *_SEGMENT_FIELDS,
+        _field("queries", LongType(), "Served requests that day (the mean's denominator).", False),
+        _field(
+            "unique_clusters_total",
+            LongType(),
+            "Sum over the queries of unique_clusters@k. Adds across days and segments' values.",
+            False,
+        ),
+        _field(
+            "mean_unique_clusters",
+            DoubleType(),
+            "unique_clusters_total / queries (null without queries).",
+        ),
+        _field("distinct_fraction", DoubleType(), "mean_unique_clusters / k."),
+        _field(
+            "marginal_rate",
+            DoubleType(),
+            "mean_unique_clusters at k minus at k-1 (at k = 1, the mean): new clusters per "
+            "added slot.",
+        ),
+        *_RUN_FIELDS,
+    ]
+)
+
+REDUNDANCY_COST = StructType(
+    [
+        _field("metric_date", DateType(), "UTC date of served_at.", False),
+        _field("k", IntegerType(), "Window size (metrics.ks).", False),
+        *_SEGMENT_FIELDS,
+        _field("queries", LongType(), "Served requests that day.", False),
+        _field("slots", LongType(), "Filled slots in the top-k windows (valid entries).", False),
+        _field(
+            "redundant_slots",
+            LongType(),
+            "Slots in the top-k whose cluster already appeared above them in the same list.",
+            False,
+        ),
+        _field(
+            "redundant_tokens",
+            LongType(),
+            "Prompt tokens of the redundant slots: each result's `tokens`, else "
+            "tokens_per_slot.",
+            False,
+        ),
+        _field(
+            "redundant_usd",
+            DoubleType(),
+            "redundant_tokens * usd_per_million_input_tokens / 1e6.",
+            False,
+        ),
+        _field("tokens_per_slot", LongType(), "cost.tokens_per_slot of the run.", False),
+        _field(
+            "usd_per_million_input_tokens",
+            DoubleType(),
+            "cost.usd_per_million_input_tokens of the run.",
             False,
         ),
         *_RUN_FIELDS,

@@ -30,8 +30,10 @@ from logmetrics.schemas import (
     DAILY,
     DATA_QUALITY,
     JOB_RUNS,
+    K_SWEEP,
     MISSING_CLUSTER_CHUNKS,
     QUARANTINE,
+    REDUNDANCY_COST,
 )
 
 log = logging.getLogger(__name__)
@@ -54,7 +56,20 @@ BY_QUERY_TABLE = Table(
 DAILY_TABLE = Table(
     "unique_clusters_daily",
     DAILY,
-    "Exact daily distribution of unique_clusters@k; grain (metric_date, k).",
+    "Exact daily distribution of unique_clusters@k; grain (metric_date, k, segment, "
+    "segment_value).",
+)
+K_SWEEP_TABLE = Table(
+    "unique_clusters_k_sweep",
+    K_SWEEP,
+    "Mean unique clusters, distinct fraction and marginal rate for every slot k; grain "
+    "(metric_date, k, segment, segment_value).",
+)
+REDUNDANCY_COST_TABLE = Table(
+    "redundancy_cost_daily",
+    REDUNDANCY_COST,
+    "Redundant slots in the top-k, their prompt tokens and USD; grain (metric_date, k, "
+    "segment, segment_value).",
 )
 DATA_QUALITY_TABLE = Table(
     "data_quality",
