@@ -103,14 +103,18 @@ def by_query(
     ks: Iterable[int],
     start: dt.date,
     end: dt.date,
+    segment: tuple[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """One dict per (metric_date, request_id, k), sorted in that order (rules 0-7)."""
+    """One dict per (metric_date, request_id, k), sorted in that order (rules 0-7); with
+    `segment` (column, value), only the requests in that segment."""
     table = cluster_lookup(clusters)
     k_values = _check_ks(ks)
     out: list[dict[str, Any]] = []
     requests = served_requests(rows, start, end)
     for metric_date, request_id in sorted(requests):
         row = requests[(metric_date, request_id)]
+        if segment is not None and segment_of(row, segment[0]) != segment[1]:
+            continue
         entries = valid_entries_in_rank_order(row["results"])
         missing = sum(1 for entry in entries if entry["chunk_id"] not in table)
         for k in k_values:
@@ -160,12 +164,17 @@ def daily(
     threshold: int,
     start: dt.date,
     end: dt.date,
+    segment: tuple[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """One dict per (metric_date, k) for every date in [start, end], sorted (rule 8)."""
+    """One dict per (metric_date, k) for every date in [start, end], sorted (rule 8); with
+    `segment`, the segment's requests on the dates it has any."""
     k_values = _check_ks(ks)
-    per_query = by_query(rows, clusters, k_values, start, end)
+    per_query = by_query(rows, clusters, k_values, start, end, segment)
+    days = dates_between(start, end)
+    if segment is not None:
+        days = sorted({q["metric_date"] for q in per_query})
     out: list[dict[str, Any]] = []
-    for metric_date in dates_between(start, end):
+    for metric_date in days:
         for k in k_values:
             queries = [q for q in per_query if q["metric_date"] == metric_date and q["k"] == k]
             values = sorted(q["unique_clusters"] for q in queries)
@@ -193,4 +202,112 @@ def daily(
             row["missing_cluster_results"] = missing
             row["missing_cluster_rate"] = missing / results if results else None
             out.append(row)
+    return out
+
+
+# --- the k-sweep and the redundancy cost (issue 6) ----------------------------------------
+
+
+def segment_of(row: Mapping[str, Any], column: str) -> str:
+    """A request's segment value as the daily tables name it: text, '(null)' for a null."""
+    value = row.get(column)
+    return "(null)" if value is None else str(value)
+
+
+def _day_requests(
+    rows: Iterable[Mapping[str, Any]],
+    start: dt.date,
+    end: dt.date,
+    segment: tuple[str, str] | None,
+) -> dict[dt.date, list[list[Mapping[str, Any]]]]:
+    """Per date, the valid entries in rank order of each served request (of one segment)."""
+    per_day: dict[dt.date, list[list[Mapping[str, Any]]]] = {}
+    for (metric_date, _), row in sorted(served_requests(rows, start, end).items()):
+        if segment is not None and segment_of(row, segment[0]) != segment[1]:
+            continue
+        per_day.setdefault(metric_date, []).append(valid_entries_in_rank_order(row["results"]))
+    return per_day
+
+
+def k_sweep(
+    rows: Iterable[Mapping[str, Any]],
+    clusters: Iterable[tuple[str | None, str | None]],
+    max_k: int,
+    start: dt.date,
+    end: dt.date,
+    segment: tuple[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """One dict per (metric_date, k) for k = 1..max_k: the mean over the day's queries of
+    unique-clusters@k, that mean / k, and mean@k - mean@(k-1) (for k = 1, the mean).
+    Without `segment`, every date in range; with it, the dates the segment has queries on."""
+    table = cluster_lookup(clusters)
+    per_day = _day_requests(rows, start, end, segment)
+    days = dates_between(start, end) if segment is None else sorted(per_day)
+    out: list[dict[str, Any]] = []
+    for metric_date in days:
+        lists = [
+            [cluster_key(e["chunk_id"], table) for e in entries]
+            for entries in per_day.get(metric_date, [])
+        ]
+        n = len(lists)
+        previous = 0.0
+        for k in range(1, max_k + 1):
+            total = sum(len(set(keys[:k])) for keys in lists)
+            mean = total / n if n else None
+            out.append(
+                {
+                    "metric_date": metric_date,
+                    "k": k,
+                    "queries": n,
+                    "unique_clusters_total": total,
+                    "mean_unique_clusters": mean,
+                    "distinct_fraction": None if mean is None else mean / k,
+                    "marginal_rate": None if mean is None else mean - previous,
+                }
+            )
+            previous = mean if mean is not None else 0.0
+    return out
+
+
+def redundancy_cost(
+    rows: Iterable[Mapping[str, Any]],
+    clusters: Iterable[tuple[str | None, str | None]],
+    ks: Iterable[int],
+    tokens_per_slot: int,
+    usd_per_million_input_tokens: float,
+    start: dt.date,
+    end: dt.date,
+    segment: tuple[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """One dict per (metric_date, k): slots of the top-k whose cluster already appeared above
+    them in the same list, their tokens (the entry's `tokens`, else tokens_per_slot) and USD."""
+    table = cluster_lookup(clusters)
+    per_day = _day_requests(rows, start, end, segment)
+    days = dates_between(start, end) if segment is None else sorted(per_day)
+    out: list[dict[str, Any]] = []
+    for metric_date in days:
+        requests = per_day.get(metric_date, [])
+        for k in _check_ks(ks):
+            slots = redundant = tokens = 0
+            for entries in requests:
+                seen: set[ClusterKey] = set()
+                for entry in entries[:k]:
+                    slots += 1
+                    key = cluster_key(entry["chunk_id"], table)
+                    if key in seen:
+                        redundant += 1
+                        own = entry.get("tokens")
+                        tokens += tokens_per_slot if own is None else own
+                    seen.add(key)
+            out.append(
+                {
+                    "metric_date": metric_date,
+                    "k": k,
+                    "queries": len(requests),
+                    "slots": slots,
+                    "redundant_slots": redundant,
+                    "redundant_tokens": tokens,
+                    "redundant_usd": tokens * usd_per_million_input_tokens / 1_000_000,
+                }
+            )
     return out

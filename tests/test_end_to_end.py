@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 import reference
 from logmetrics.cli import main
 from logmetrics.demo import generate_dataset
-from logmetrics.schemas import BY_QUERY, DAILY, column_names
+from logmetrics.schemas import BY_QUERY, DAILY, K_SWEEP, REDUNDANCY_COST, column_names
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +28,7 @@ END = START + dt.timedelta(days=DAYS - 1)
 KS = (1, 5, 10)
 THRESHOLD = 4
 RUN_COLUMNS = {"run_id", "computed_at"}
+SEGMENT = {"segment", "segment_value"}
 QUALITY = {"dq_passed", "rows_read", "duplicate_rows", "quarantined_rows", "quarantined_entries"}
 
 
@@ -123,13 +124,53 @@ def test_daily_equals_the_reference(
 ) -> None:
     table = _table(spark, warehouse, "unique_clusters_daily")
     assert table.columns == column_names(DAILY)
-    got = _rows(table, ["metric_date", "k"], RUN_COLUMNS | {"cluster_table_version"} | QUALITY)
+    assert table.where("segment != 'all' OR segment_value != 'all'").isEmpty()
+    got = _rows(
+        table, ["metric_date", "k"], RUN_COLUMNS | {"cluster_table_version"} | QUALITY | SEGMENT
+    )
     expected = reference.daily(source_rows, cluster_rows, KS, THRESHOLD, START, END)
     assert got == expected
     at_10 = [r for r in got if r["k"] == 10]
     # The generator's calibration, read back through the whole job.
     assert all(r["median"] == 6.0 for r in at_10)
     assert all(0.08 < r["share_at_or_below_threshold"] < 0.22 for r in at_10)
+
+
+def test_k_sweep_equals_the_reference(
+    spark: SparkSession,
+    warehouse: Path,
+    source_rows: list[dict[str, Any]],
+    cluster_rows: list[tuple],
+) -> None:
+    table = _table(spark, warehouse, "unique_clusters_k_sweep")
+    assert table.columns == column_names(K_SWEEP)
+    got = _rows(table, ["metric_date", "k"], RUN_COLUMNS | {"cluster_table_version"} | SEGMENT)
+    expected = reference.k_sweep(source_rows, cluster_rows, max(KS), START, END)
+    assert got == expected
+    assert len(got) == DAYS * max(KS)
+    # The chapter's reading: the first slot is new in every non-empty list (1 in 400 is
+    # empty here), and the distinct fraction falls from there.
+    for day in {r["metric_date"] for r in got}:
+        fractions = [r["distinct_fraction"] for r in got if r["metric_date"] == day]
+        assert fractions[0] > 0.99 and fractions[-1] < 0.8
+
+
+def test_redundancy_cost_equals_the_reference(
+    spark: SparkSession,
+    warehouse: Path,
+    source_rows: list[dict[str, Any]],
+    cluster_rows: list[tuple],
+) -> None:
+    table = _table(spark, warehouse, "redundancy_cost_daily")
+    assert table.columns == column_names(REDUNDANCY_COST)
+    prices = {"tokens_per_slot", "usd_per_million_input_tokens"}
+    got = _rows(
+        table, ["metric_date", "k"], RUN_COLUMNS | {"cluster_table_version"} | SEGMENT | prices
+    )
+    # The defaults: 510 tokens a slot (no `tokens` in these logs), 3 USD per million.
+    expected = reference.redundancy_cost(source_rows, cluster_rows, KS, 510, 3.0, START, END)
+    assert got == expected
+    assert all(r["redundant_slots"] > 0 for r in got if r["k"] == 10)
 
 
 def _expected_accounting(rows: list[dict[str, Any]]) -> dict[dt.date, dict[str, int]]:
@@ -275,7 +316,7 @@ def test_pinned_cluster_table_version_is_read_and_recorded(
     got = _rows(_table(spark, warehouse, "unique_clusters_daily"), ["metric_date", "k"], set())
     assert {r["cluster_table_version"] for r in got} == {0}
     expected = reference.daily(source_rows, cluster_rows, KS, THRESHOLD, START, START)
-    drop = RUN_COLUMNS | {"cluster_table_version"} | QUALITY
+    drop = RUN_COLUMNS | {"cluster_table_version"} | QUALITY | SEGMENT
     assert [{k: v for k, v in r.items() if k not in drop} for r in got] == expected
 
 

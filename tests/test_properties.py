@@ -11,9 +11,16 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 import reference
-from logmetrics.distributions import daily_distributions
-from logmetrics.metrics import cluster_keys, explode_windows, unique_clusters_by_request
+from logmetrics.distributions import daily_distributions, with_segments
+from logmetrics.metrics import (
+    cluster_keys,
+    explode_windows,
+    filter_served_requests,
+    requests_by_key,
+    unique_clusters_by_request,
+)
 from logmetrics.schemas import CLUSTERS, SERVED_LOGS
+from logmetrics.slots import k_sweep, redundancy_cost, slot_sums
 from logmetrics.sources import filter_served_between
 
 pytestmark = pytest.mark.slow
@@ -142,8 +149,10 @@ def test_spark_equals_reference(
         "metric_date date, k int",
     )
     daily_df = daily_distributions(by_query_df, calendar, max(ks), threshold)
+    assert daily_df.where("segment != 'all' OR segment_value != 'all'").isEmpty()
     got_daily = sorted(
-        (r.asDict() for r in daily_df.collect()), key=lambda r: (r["metric_date"], r["k"])
+        (_without_segment(r.asDict()) for r in daily_df.collect()),
+        key=lambda r: (r["metric_date"], r["k"]),
     )
     expected_daily = reference.daily(_reference_rows(rows), cluster_rows, ks, threshold, START, END)
     assert got_daily == expected_daily
@@ -155,3 +164,124 @@ def _comparable(row: dict[str, Any]) -> dict[str, Any]:
     if served_at.tzinfo is None:
         served_at = served_at.replace(tzinfo=dt.UTC)
     return {**row, "served_at": served_at}
+
+
+def _without_segment(row: dict[str, Any]) -> dict[str, Any]:
+    return {c: v for c, v in row.items() if c not in ("segment", "segment_value")}
+
+
+# --- the k-sweep, the redundancy cost and segments ----------------------------------------
+
+SURFACES = ["web", "app", None]
+TOKENS_PER_SLOT = 510
+USD_PER_MILLION = 3.0
+
+
+@st.composite
+def segmented_logs(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """`logs()` with a `surface` per (request_id, served_at) and a `tokens` per chunk id
+    (sometimes null), so that identical copies stay identical."""
+    rows = draw(logs())
+    surfaces: dict[tuple[Any, Any], Any] = {}
+    tokens = {c: draw(st.one_of(st.none(), st.integers(0, 900))) for c in CHUNKS}
+    out = []
+    for row in rows:
+        key = (row["request_id"], row["served_at"])
+        if key not in surfaces:
+            surfaces[key] = draw(st.sampled_from(SURFACES))
+        results = row["results"]
+        if results is not None:
+            results = [None if e is None else (*e, tokens.get(e[1])) for e in results]
+        out.append({**row, "surface": surfaces[key], "results": results})
+    return out
+
+
+SEGMENTED_LOGS = (
+    "request_id string, served_at timestamp, "
+    "results array<struct<rank:int, chunk_id:string, tokens:int>>, surface string"
+)
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(rows=segmented_logs(), cluster_rows=clusters, ks=ks)
+def test_sweep_cost_and_segments_equal_reference(
+    spark: SparkSession, rows: list[dict[str, Any]], cluster_rows: list[tuple], ks: tuple[int, ...]
+) -> None:
+    spark_rows = [
+        (
+            r["request_id"],
+            r["served_at"],
+            None
+            if r["results"] is None
+            else [
+                None if e is None else {"rank": e[0], "chunk_id": e[1], "tokens": e[2]}
+                for e in r["results"]
+            ],
+            r["surface"],
+        )
+        for r in rows
+    ]
+    logs_df = spark.createDataFrame(spark_rows, SEGMENTED_LOGS).transform(
+        filter_served_between, START, END
+    )
+    clusters_df = spark.createDataFrame(cluster_rows, CLUSTERS)
+    max_k = max(ks)
+    segmented_df = (
+        requests_by_key(logs_df, cluster_keys(clusters_df), ks, segment_by=("surface",))
+        .transform(filter_served_requests)
+        .transform(with_segments, ("surface",))
+    ).cache()
+    dates = reference.dates_between(START, END)
+    calendar = spark.createDataFrame([(d, k) for d in dates for k in ks], "metric_date date, k int")
+    sweep_calendar = spark.createDataFrame(
+        [(d, k) for d in dates for k in range(1, max_k + 1)], "metric_date date, k int"
+    )
+    sums_df = slot_sums(segmented_df, max_k, TOKENS_PER_SLOT)
+    got = {
+        "daily": daily_distributions(
+            segmented_df.transform(explode_windows), calendar, max_k, threshold=2
+        ),
+        "sweep": k_sweep(sums_df, sweep_calendar),
+        "cost": redundancy_cost(sums_df, calendar, TOKENS_PER_SLOT, USD_PER_MILLION),
+    }
+    ref_rows = [
+        {
+            **r,
+            "results": None
+            if r["results"] is None
+            else [
+                None if e is None else {"rank": e[0], "chunk_id": e[1], "tokens": e[2]}
+                for e in r["results"]
+            ],
+        }
+        for r in rows
+    ]
+    segments: list[tuple[str, str] | None] = [None] + [
+        ("surface", reference.segment_of({"surface": s}, "surface")) for s in SURFACES
+    ]
+    for segment in segments:
+        name, value = segment or ("all", "all")
+        expected = {
+            "daily": reference.daily(ref_rows, cluster_rows, ks, 2, START, END, segment),
+            "sweep": reference.k_sweep(ref_rows, cluster_rows, max_k, START, END, segment),
+            "cost": reference.redundancy_cost(
+                ref_rows, cluster_rows, ks, TOKENS_PER_SLOT, USD_PER_MILLION, START, END, segment
+            ),
+        }
+        for table, df in got.items():
+            rows_of_segment = df.where((df.segment == name) & (df.segment_value == value)).collect()
+            actual = sorted(
+                (
+                    {c: r[c] for c in expected[table][0]}
+                    if expected[table]
+                    else _without_segment(r.asDict())
+                    for r in rows_of_segment
+                ),
+                key=lambda r: (r["metric_date"], r["k"]),
+            )
+            assert actual == expected[table], (table, segment)
+    segmented_df.unpersist()

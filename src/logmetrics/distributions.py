@@ -7,21 +7,59 @@ Quantiles follow numpy.percentile's default ('linear') method to the last bit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from logmetrics.schemas import ALL_TRAFFIC
+
 QUANTILES = {"p10": 0.10, "p25": 0.25, "median": 0.50, "p75": 0.75, "p90": 0.90}
+
+
+SEGMENT_KEY = ("segment", "segment_value")
+
+
+def with_segments(requests_df: DataFrame, segment_by: Sequence[str]) -> DataFrame:
+    """(segment, segment_value) per request and segment it counts in: every request counts in
+    the all-traffic rows ('all', 'all'), and once more per `segment_by` column, under that
+    column's value (`segment_values`, from `metrics.with_segment_values`)."""
+    all_traffic = F.struct(F.lit(ALL_TRAFFIC).alias("segment"), F.lit(ALL_TRAFFIC).alias("value"))
+    if not segment_by:
+        return requests_df.withColumns(
+            {"segment": F.lit(ALL_TRAFFIC), "segment_value": F.lit(ALL_TRAFFIC)}
+        )
+    pairs = [
+        F.struct(F.lit(name).alias("segment"), F.col("segment_values")[i].alias("value"))
+        for i, name in enumerate(segment_by)
+    ]
+    return requests_df.select(
+        "*", F.inline(F.array(all_traffic, *pairs)).alias("segment", "segment_value")
+    )
+
+
+def with_calendar(daily_df: DataFrame, calendar_df: DataFrame) -> DataFrame:
+    """Every all-traffic (metric_date, k) of `calendar_df` gets a row, with null counts where
+    the day had no queries; segment rows exist where the segment had queries."""
+    calendar = calendar_df.withColumns(
+        {"segment": F.lit(ALL_TRAFFIC), "segment_value": F.lit(ALL_TRAFFIC)}
+    )
+    return calendar.join(daily_df, on=["metric_date", "k", *SEGMENT_KEY], how="full")
 
 
 def daily_distributions(
     by_query_df: DataFrame, calendar_df: DataFrame, max_k: int, threshold: int
 ) -> DataFrame:
-    """One row per (metric_date, k) of `calendar_df`, days without queries included.
+    """One row per (metric_date, k, segment, segment_value); every (metric_date, k) of
+    `calendar_df` has its all-traffic row, days without queries included.
 
-    `by_query_df` has the `unique_clusters_by_query` grain (metric_date, request_id, k);
+    `by_query_df` has the `unique_clusters_by_query` grain (metric_date, request_id, k), with
+    (segment, segment_value) from `with_segments` (all traffic without them);
     `calendar_df` lists every (metric_date, k) the run covers.
     """
-    counts = by_query_df.groupBy("metric_date", "k").agg(
+    if "segment" not in by_query_df.columns:
+        by_query_df = with_segments(by_query_df, ())
+    counts = by_query_df.groupBy("metric_date", "k", *SEGMENT_KEY).agg(
         F.count(F.lit(1)).alias("queries"),
         F.count(F.when(F.col("results") == 0, True)).alias("empty_queries"),
         F.sum("results").alias("results"),
@@ -32,10 +70,11 @@ def daily_distributions(
     )
     zeros = F.array_repeat(F.lit(0).cast("long"), max_k + 1)
     return (
-        calendar_df.join(counts, on=["metric_date", "k"], how="left")
+        with_calendar(counts, calendar_df)
         .select(
             "metric_date",
             "k",
+            *SEGMENT_KEY,
             *[F.coalesce(F.col(c), F.lit(0).cast("long")).alias(c) for c in _COUNT_COLUMNS],
             F.slice(F.coalesce("counts_by_value", zeros), 1, F.col("k") + 1).alias("histogram"),
         )
@@ -53,9 +92,9 @@ def with_histogram_statistics(daily_df: DataFrame, threshold: int) -> DataFrame:
     return daily_df.select(
         "*",
         *[histogram_quantile(hist, p).alias(name) for name, p in QUANTILES.items()],
-        F.when(queries > 0, _total(F.transform(hist, lambda n, i: n * i)) / queries).alias("mean"),
+        F.when(queries > 0, total(F.transform(hist, lambda n, i: n * i)) / queries).alias("mean"),
         F.lit(threshold).alias("threshold"),
-        F.when(queries > 0, _total(F.slice(hist, 1, threshold + 1)) / queries).alias(
+        F.when(queries > 0, total(F.slice(hist, 1, threshold + 1)) / queries).alias(
             "share_at_or_below_threshold"
         ),
         F.when(F.col("results") > 0, F.col("missing_cluster_results") / F.col("results")).alias(
@@ -70,8 +109,8 @@ def histogram_quantile(hist: Column, p: float) -> Column:
     With n values sorted, the quantile sits at index p * (n - 1); the value at sorted index i is
     the number of histogram bins whose cumulative count is <= i.
     """
-    n = _total(hist)
-    cumulative = F.transform(hist, lambda _, i: _total(F.slice(hist, 1, i + 1)))
+    n = total(hist)
+    cumulative = F.transform(hist, lambda _, i: total(F.slice(hist, 1, i + 1)))
 
     def value_at(index: Column) -> Column:
         return F.size(F.filter(cumulative, lambda c: c <= index)).cast("double")
@@ -88,5 +127,6 @@ def _lerp(a: Column, b: Column, t: Column) -> Column:
     return F.when(t >= 0.5, b - diff * (1 - t)).otherwise(a + diff * t)
 
 
-def _total(values: Column) -> Column:
+def total(values: Column) -> Column:
+    """The sum of an array of integers, as a long."""
     return F.aggregate(values, F.lit(0).cast("long"), lambda acc, x: acc + x)

@@ -30,7 +30,9 @@ from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, StructType
 
+from logmetrics.schemas import NULL_SEGMENT_VALUE
 from logmetrics.sources import PARTITION_DATE
 
 REQUEST_KEY = ("request_key", "metric_date", "request_id", "is_malformed")
@@ -59,6 +61,13 @@ def with_row_status(logs_df: DataFrame) -> DataFrame:
             ),
         }
     )
+
+
+def with_segment_values(logs_df: DataFrame, segment_by: Sequence[str]) -> DataFrame:
+    """`segment_values`: the row's `segment_by` columns as text, in that order ('(null)' for a
+    null), carried to the request's row for the segmented daily tables."""
+    values = [F.coalesce(F.col(c).cast("string"), F.lit(NULL_SEGMENT_VALUE)) for c in segment_by]
+    return logs_df.withColumn("segment_values", F.array(*values).cast("array<string>"))
 
 
 def partition_by_request(logs_df: DataFrame) -> DataFrame:
@@ -102,13 +111,17 @@ def filter_first_copies(logs_df: DataFrame) -> DataFrame:
 def explode_entries(logs_df: DataFrame) -> DataFrame:
     """One row per result entry with its array position; an empty list, or a malformed row,
     keeps one row with a null position."""
-    row = [*REQUEST_KEY, "malformed_row", "served_at", "copies"]
+    row = [*REQUEST_KEY, "malformed_row", "served_at", "copies", "segment_values"]
     results = F.when(~F.col("is_malformed"), F.col("results"))
+    results_type = logs_df.schema["results"].dataType
+    entry_type = results_type.elementType if isinstance(results_type, ArrayType) else None
+    has_tokens = isinstance(entry_type, StructType) and "tokens" in entry_type.names
     return logs_df.select(*row, F.posexplode_outer(results).alias("pos", "entry")).select(
         *row,
         "pos",
         F.col("entry.rank").cast("long").alias("rank"),
         F.col("entry.chunk_id").alias("chunk_id"),
+        *([F.col("entry.tokens").cast("long").alias("tokens")] if has_tokens else []),
     )
 
 
@@ -203,26 +216,32 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
 
     - Entries with a null chunk_id or rank are set aside (`invalid_entries`); the rest are
       ordered by rank, ties by array position.
-    - `windows` holds unique_clusters for every k in `ks`.
+    - `new_slots[i]` says whether slot i+1 (up to the largest k) is the first of its cluster
+      in the list; every k's unique_clusters is the count of new slots among the first k
+      (`windows`), and the k-sweep and the redundancy cost are sums of the same flags.
+    - `slot_tokens` holds each of those slots' `tokens` (null where the results have none).
     - Malformed rows group on their own and only carry `malformed_rows`.
 
-    Only built-in aggregates and array functions (no lambdas). What the lists collect is
-    computed in a projection first: the collecting aggregate evaluates its inputs without
-    generated code, so it is given plain columns.
+    Only built-in aggregates and array functions. What the lists collect is computed in a
+    projection first: the collecting aggregate evaluates its inputs without generated code,
+    so it is given plain columns.
     """
     is_valid = F.col("chunk_id").isNotNull() & F.col("rank").isNotNull()
     is_missing = is_valid & F.col("missing_chunk").isNotNull()
     key = F.struct("cluster_hash", "missing_chunk")
+    has_tokens = "tokens" in keyed_entries_df.columns
+    entry = F.struct("rank", "pos", key.alias("key"), *(["tokens"] if has_tokens else []))
     rows = (
         keyed_entries_df.select(
             *REQUEST_KEY,
             "served_at",
             "copies",
             "malformed_row",
+            "segment_values",
             is_valid.cast("int").alias("is_valid"),
             is_missing.cast("int").alias("is_missing"),
             (is_valid & (F.col("rank") <= 0)).cast("int").alias("is_non_positive"),
-            F.when(is_valid, F.struct("rank", "pos", key.alias("key"))).alias("entry"),
+            F.when(is_valid, entry).alias("entry"),
             F.when(is_missing, F.col("missing_chunk")).alias("missing_chunk"),
             F.when(F.col("pos").isNotNull() & ~is_valid, F.struct("pos", "rank", "chunk_id")).alias(
                 "invalid_entry"
@@ -232,6 +251,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
         .agg(
             F.min("served_at").alias("served_at"),
             F.max("copies").alias("copies"),
+            F.first("segment_values").alias("segment_values"),  # one copy: one value
             F.sum("is_valid").alias("results"),
             F.sum("is_missing").alias("missing_cluster_results"),
             F.sum("is_non_positive").alias("non_positive_ranks"),
@@ -242,19 +262,32 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
             F.collect_list("malformed_row").alias("malformed_rows"),
         )
     )
-    keys = F.sort_array("entries").getField("key")  # in rank order, ties by position
-    return rows.select(
-        "metric_date",
-        "request_id",
-        "is_malformed",
-        "served_at",
-        "copies",
-        *[F.col(c).cast("int").alias(c) for c in COUNTS],
-        windows(keys, ks).alias("windows"),
-        *[
-            _null_if_empty(F.sort_array(c) if c == "invalid_entries" else F.col(c)).alias(c)
-            for c in RARE_LISTS
-        ],
+    # The first max(ks) entries in rank order, ties by position.
+    slots = F.slice(F.sort_array("entries"), 1, max(ks))
+    no_tokens = F.lit(None).cast("array<bigint>")
+    return (
+        rows.select(
+            "*",
+            slots.getField("key").alias("slot_keys"),
+            (slots.getField("tokens") if has_tokens else no_tokens).alias("slot_tokens"),
+        )
+        .select("*", new_slots(F.col("slot_keys")).alias("new_slots"))
+        .select(
+            "metric_date",
+            "request_id",
+            "is_malformed",
+            "served_at",
+            "copies",
+            "segment_values",
+            *[F.col(c).cast("int").alias(c) for c in COUNTS],
+            windows(F.col("new_slots"), ks).alias("windows"),
+            "new_slots",
+            "slot_tokens",
+            *[
+                _null_if_empty(F.sort_array(c) if c == "invalid_entries" else F.col(c)).alias(c)
+                for c in RARE_LISTS
+            ],
+        )
     )
 
 
@@ -267,16 +300,22 @@ def _null_if_empty(values: Column) -> Column:
     return F.when(F.size(values) > 0, values)
 
 
-def unique_clusters_at(keys: Column, k: int) -> Column:
-    """Distinct cluster keys among the first k (a shorter list counts what is there)."""
-    return F.size(F.array_distinct(F.slice(keys, 1, k)))
+def new_slots(keys: Column) -> Column:
+    """array<boolean>: whether each key is the first occurrence of its value in `keys`."""
+    return F.transform(keys, lambda key, i: ~F.array_contains(F.slice(keys, 1, i), key))
 
 
-def windows(keys: Column, ks: Sequence[int]) -> Column:
+def unique_clusters_at(new_slots: Column, k: int) -> Column:
+    """Distinct cluster keys among the first k: the new slots among them (a shorter list
+    counts what is there)."""
+    return F.size(F.array_remove(F.slice(new_slots, 1, k), False))
+
+
+def windows(new_slots: Column, ks: Sequence[int]) -> Column:
     """array<struct<k, unique_clusters>>, one element per k."""
     return F.array(
         *[
-            F.struct(F.lit(k).alias("k"), unique_clusters_at(keys, k).alias("unique_clusters"))
+            F.struct(F.lit(k).alias("k"), unique_clusters_at(new_slots, k).alias("unique_clusters"))
             for k in ks
         ]
     )
@@ -288,10 +327,12 @@ def requests_by_key(
     ks: Sequence[int],
     salt: int = 0,
     broadcast: bool = True,
+    segment_by: Sequence[str] = (),
 ) -> DataFrame:
     """Served-log rows + `cluster_keys(clusters)` -> `to_requests` rows (the one pass)."""
     return (
         logs_df.transform(with_row_status)
+        .transform(with_segment_values, segment_by)
         .transform(partition_by_request)
         .transform(filter_first_copies)
         .transform(explode_entries)
@@ -306,11 +347,14 @@ def filter_served_requests(requests_df: DataFrame) -> DataFrame:
 
 
 def explode_windows(requests_df: DataFrame) -> DataFrame:
-    """One row per (request, k): the grain of `unique_clusters_by_query`."""
+    """One row per (request, k): the grain of `unique_clusters_by_query` (with the segment
+    columns, when `distributions.with_segments` added them)."""
+    segments = [c for c in ("segment", "segment_value") if c in requests_df.columns]
     return requests_df.select(
         "metric_date",
         "request_id",
         "served_at",
+        *segments,
         F.inline("windows"),
         "results",
         "missing_cluster_results",

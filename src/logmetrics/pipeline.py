@@ -1,10 +1,11 @@
 """Wires one date range through the flow, a chunk of days at a time:
 
     read -> one pass to per-request rows (persisted) -> facts -> quality gates
-         -> quarantine, data_quality, missing_cluster_chunks -> publish the days that may be
+         -> quarantine, data_quality, missing_cluster_chunks -> publish the days that may be:
+            by query, daily distributions, k-sweep and redundancy cost (all traffic, segments)
 
 No Spark logic of its own: it reads, calls the transforms in `metrics`, `distributions` and
-`quality.facts`, asks `quality` for a verdict, and hands the results to `sinks`.
+`slots` and `quality.facts`, asks `quality` for a verdict, and hands the results to `sinks`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from pyspark.sql.types import (
 
 from logmetrics import ledger
 from logmetrics.config import Config
-from logmetrics.distributions import daily_distributions
+from logmetrics.distributions import daily_distributions, with_segments
 from logmetrics.errors import LogmetricsError
 from logmetrics.metrics import (
     cluster_keys,
@@ -52,13 +53,17 @@ from logmetrics.sinks import (
     BY_QUERY_TABLE,
     DAILY_TABLE,
     DATA_QUALITY_TABLE,
+    K_SWEEP_TABLE,
     MISSING_CLUSTER_CHUNKS_TABLE,
     QUARANTINE_TABLE,
+    REDUNDANCY_COST_TABLE,
     RunStamp,
+    Table,
     read_table,
     replace_dates,
     with_run_stamp,
 )
+from logmetrics.slots import k_sweep, redundancy_cost, slot_sums
 from logmetrics.sources import inputs_fingerprint, read_clusters, read_served_logs
 
 log = logging.getLogger(__name__)
@@ -188,12 +193,17 @@ class _Chunk:
     ) -> list[DayResult]:
         config = self.config
         self._record([(d, ledger.STARTED, None) for d in self.dates])
+        metrics = config.metrics
         logs_df = read_served_logs(
-            self.spark, config.inputs.served_logs, self.dates[0], self.dates[-1]
+            self.spark,
+            config.inputs.served_logs,
+            self.dates[0],
+            self.dates[-1],
+            metrics.segment_by,
         )
-        requests_df = requests_by_key(logs_df, keys_df, config.metrics.ks, salt, broadcast).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
+        requests_df = requests_by_key(
+            logs_df, keys_df, metrics.ks, salt, broadcast, metrics.segment_by
+        ).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             facts = pd.DataFrame(day_facts(requests_df, self._days_df()).toPandas())
             checks = self._checks(facts)
@@ -319,37 +329,50 @@ class _Chunk:
         day_verdicts: Sequence[DayVerdict],
         publish: list[dt.date],
     ) -> None:
-        """unique_clusters_by_query, then unique_clusters_daily: exactly the `publish` days."""
-        config, output = self.config, self.config.output
-        by_query_df = (
-            requests_df.transform(filter_served_requests)
-            .where(F.col("metric_date").isin(publish))
-            .transform(explode_windows)
+        """Exactly the `publish` days of unique_clusters_by_query, unique_clusters_daily,
+        unique_clusters_k_sweep and redundancy_cost_daily, in that order."""
+        metrics, cost = self.config.metrics, self.config.cost
+        max_k = max(metrics.ks)
+        served_df = requests_df.transform(filter_served_requests).where(
+            F.col("metric_date").isin(publish)
         )
+        by_query_df = served_df.transform(explode_windows)
+        segmented_df = served_df.transform(with_segments, metrics.segment_by)
         daily_df = daily_distributions(
-            by_query_df,
-            self._calendar(publish),
-            max_k=max(config.metrics.ks),
-            threshold=config.metrics.threshold,
+            segmented_df.transform(explode_windows),
+            self._calendar(publish, metrics.ks),
+            max_k=max_k,
+            threshold=metrics.threshold,
         ).join(self._day_status(facts, day_verdicts), on="metric_date", how="inner")
-        replace_dates(
-            self.spark, with_run_stamp(by_query_df, self.stamp), output, BY_QUERY_TABLE, publish
-        )
-        replace_dates(
-            self.spark, with_run_stamp(daily_df, self.stamp), output, DAILY_TABLE, publish
-        )
+        self._write(by_query_df, BY_QUERY_TABLE, publish)
+        self._write(daily_df, DAILY_TABLE, publish)
+        sums_df = slot_sums(segmented_df, max_k, cost.tokens_per_slot).persist()
+        try:
+            sweep_df = k_sweep(sums_df, self._calendar(publish, range(1, max_k + 1)))
+            cost_df = redundancy_cost(
+                sums_df,
+                self._calendar(publish, metrics.ks),
+                cost.tokens_per_slot,
+                cost.usd_per_million_input_tokens,
+            )
+            self._write(sweep_df, K_SWEEP_TABLE, publish)
+            self._write(cost_df, REDUNDANCY_COST_TABLE, publish)
+        finally:
+            sums_df.unpersist()
+
+    def _write(self, df: DataFrame, table: Table, dates: list[dt.date]) -> None:
+        replace_dates(self.spark, with_run_stamp(df, self.stamp), self.config.output, table, dates)
 
     def _days_df(self) -> DataFrame:
         schema = StructType([StructField("metric_date", DateType(), False)])
         return self.spark.createDataFrame([(d,) for d in self.dates], schema)
 
-    def _calendar(self, dates: list[dt.date]) -> DataFrame:
+    def _calendar(self, dates: list[dt.date], ks: Iterable[int]) -> DataFrame:
+        """Every (metric_date, k): the all-traffic rows a table must have."""
         schema = StructType(
             [StructField("metric_date", DateType(), False), StructField("k", IntegerType(), False)]
         )
-        return self.spark.createDataFrame(
-            [(d, k) for d in dates for k in self.config.metrics.ks], schema
-        )
+        return self.spark.createDataFrame([(d, k) for d in dates for k in ks], schema)
 
     def _day_status(self, facts: pd.DataFrame, day_verdicts: Sequence[DayVerdict]) -> DataFrame:
         passed = {v.metric_date: v.passed for v in day_verdicts}

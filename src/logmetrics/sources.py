@@ -11,6 +11,7 @@ import datetime as dt
 import hashlib
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyspark.errors import AnalysisException
@@ -50,13 +51,18 @@ def utc_window(start: dt.date, end: dt.date) -> tuple[dt.datetime, dt.datetime]:
 
 
 def read_served_logs(
-    spark: SparkSession, source: ServedLogsInput, start: dt.date, end: dt.date
+    spark: SparkSession,
+    source: ServedLogsInput,
+    start: dt.date,
+    end: dt.date,
+    segment_by: Sequence[str] = (),
 ) -> DataFrame:
     """The served-log rows whose served_at falls on start..end (UTC), conformed to the contract.
 
     Date partitions are pruned (with a day of margin either side, since a partition's date need
     not be the UTC date), and the exact served_at filter is pushed down to the files. Without a
     date partition layout, every file below the path is read, whatever the directory layout.
+    The `segment_by` columns (metrics.segment_by) must be present.
     """
     what = f"served logs at {source.path}"
     _require_local_path(source.path, what)
@@ -76,6 +82,12 @@ def read_served_logs(
     if partition is not None and partition not in columns:
         raise InputError(f"{what}: date partition column {partition!r} not found")
     logs_df = conform_served_logs(raw, what)
+    for name in segment_by:
+        if name not in columns:
+            found = ", ".join(sorted(columns))
+            raise InputError(
+                f"{what}: segment column {name!r} (metrics.segment_by) is missing (found: {found})"
+            )
     if partition is not None:
         logs_df = logs_df.where(_partition_filter(raw, partition, start, end, what)).withColumn(
             PARTITION_DATE, _partition_as_date(raw, partition)
@@ -217,9 +229,10 @@ def _as_results(data_type: DataType, what: str) -> Column:
     for name in ("rank", "chunk_id"):
         if name not in entry:
             raise InputError(f"{what}: column 'results' has no field {name!r} in its entries")
-    if not isinstance(entry["rank"], IntegralType):
-        found = entry["rank"].simpleString()
-        raise InputError(f"{what}: column 'results.rank' must be an integer, found {found}")
+    for name in ("rank", "tokens"):
+        if name in entry and not isinstance(entry[name], IntegralType):
+            found = entry[name].simpleString()
+            raise InputError(f"{what}: column 'results.{name}' must be an integer, found {found}")
     if isinstance(entry["chunk_id"], StringType):
         return F.col("results")
     if not isinstance(entry["chunk_id"], IntegralType):
