@@ -223,8 +223,7 @@ REDUNDANCY_COST = StructType(
         _field(
             "redundant_tokens",
             LongType(),
-            "Prompt tokens of the redundant slots: each result's `tokens`, else "
-            "tokens_per_slot.",
+            "Prompt tokens of the redundant slots: each result's `tokens`, else tokens_per_slot.",
             False,
         ),
         _field(
