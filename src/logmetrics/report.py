@@ -439,6 +439,11 @@ def _date_axis(ax: Any, data: ReportData) -> None:
     ax.grid(True, alpha=0.3)
 
 
+def _legend_outside(ax: Any) -> None:
+    """Right of the axes, where it cannot hide a line or a band."""
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
 def _integer_axis(axis: Any) -> None:
     from matplotlib.ticker import MaxNLocator
 
@@ -461,7 +466,7 @@ def _median_band_section(data: ReportData, out_dir: Path) -> _Section:
     ax.set_ylabel("unique clusters in the top-k (count)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"Daily median unique-clusters@k with the p10–p90 band\n{_range_text(data)}")
-    ax.legend(fontsize=8, ncols=2)
+    _legend_outside(ax)
     _date_axis(ax, data)
     return _Section(
         "median_band",
@@ -487,7 +492,7 @@ def _share_section(data: ReportData, out_dir: Path) -> _Section:
     ax.set_ylabel(f"queries with unique clusters ≤ {threshold} (% of the day's queries)")
     ax.set_ylim(0, 100)
     ax.set_title(f"Share of queries at or below the threshold ({threshold})\n{_range_text(data)}")
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     _date_axis(ax, data)
     return _Section(
         "share_at_or_below_threshold",
@@ -575,10 +580,10 @@ def _missing_section(data: ReportData, out_dir: Path) -> _Section:
             linestyle="--",
             label=f"quality gate ({data.max_missing_cluster_rate:.2%})",
         )
-    ax.set_ylabel("entries absent from the cluster table (% of valid entries)")
+    ax.set_ylabel("entries not in the cluster table (% of valid entries)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"Missing-cluster rate per day\n{_range_text(data)}")
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     _date_axis(ax, data)
     results = int(data.missing["results"].sum())
     missing = int(data.missing["missing_cluster_results"].sum())
@@ -620,7 +625,7 @@ def _cost_section(data: ReportData, out_dir: Path) -> _Section:
     ax.set_ylabel("cost of the redundant slots' prompt tokens (USD per day)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"Daily cost of redundant slots in the top-k\n{_range_text(data)}")
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     _date_axis(ax, data)
     return _Section(
         "redundancy_cost",
