@@ -3,7 +3,8 @@
     logmetrics run      --config FILE [--date YYYY-MM-DD]        one day (default: yesterday, UTC)
     logmetrics backfill --config FILE --start D1 --end D2        an inclusive range, in chunks
     logmetrics generate --out DIR --start D --days N --queries-per-day Q --seed S
-    logmetrics demo                                              generate, backfill, print
+    logmetrics report   --config FILE [--start D1 --end D2] --out DIR   PNGs + index.html
+    logmetrics demo                                              generate, backfill, print, report
 
 Exit status: 0 success, 1 bad input or a failed run, 2 bad config or command line.
 """
@@ -95,6 +96,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     generate.add_argument("--clusters-format", choices=["delta", "parquet"], default="delta")
     generate.set_defaults(handler=_cmd_generate)
+
+    report = commands.add_parser(
+        "report", help="render figures and an HTML page from the published tables"
+    )
+    _config_arguments(report)
+    report.add_argument("--start", type=_date, help="first date (default: the table's first)")
+    report.add_argument("--end", type=_date, help="last date (default: the table's last)")
+    report.add_argument("--out", required=True, help="output directory (PNGs and index.html)")
+    report.set_defaults(handler=_cmd_report)
 
     demo = commands.add_parser("demo", help="generate a month of traffic, backfill it, print it")
     demo.add_argument("--config", action="append", default=None, help=f"default {DEMO_CONFIG}")
@@ -263,6 +273,19 @@ def _compute(
         raise QualityGateFailed(f"{len(failures)} day(s) failed a blocking quality check\n{held}")
     for line in failures:
         log.warning("quality check failed (published with dq_passed = false): %s", line)
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    if args.start is not None and args.end is not None and args.start > args.end:
+        raise ConfigError(f"--start {args.start} is after --end {args.end}")
+    config = load_config(args.config, args.set)
+    from logmetrics.report import load_report_data, render
+    from logmetrics.session import get_spark
+
+    data = load_report_data(get_spark(config.spark), config, args.start, args.end)
+    index = render(data, Path(args.out))
+    print(f"report: {index}")
     return 0
 
 

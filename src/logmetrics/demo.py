@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 
 DEMO_START = dt.date(2026, 10, 1)
 DEMO_SEED = 7
+DEMO_REPORT_DIR = Path("reports/demo")
 
 
 def generate_dataset(
@@ -55,7 +56,8 @@ def generate_dataset(
 
 
 def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> int:
-    """Generate `days` of traffic (once), backfill it into the warehouse, print the daily table."""
+    """Generate `days` of traffic (once), backfill it into the warehouse, print the daily table,
+    and write the report of the range under reports/demo."""
     from logmetrics.pipeline import run_range
     from logmetrics.session import get_spark
 
@@ -83,6 +85,10 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> in
         spark, config, DEMO_START, end, run_id, dt.datetime.now(dt.UTC).replace(microsecond=0)
     )
     _print_daily(spark, config, DEMO_START, end)
+    from logmetrics.report import load_report_data, render
+
+    index = render(load_report_data(spark, config, DEMO_START, end), DEMO_REPORT_DIR)
+    print(f"report: {index}")
     return 0
 
 

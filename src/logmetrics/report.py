@@ -1,0 +1,737 @@
+"""`logmetrics report`: PNG figures and one self-contained HTML page, from the Delta tables.
+
+Two steps, kept apart:
+
+1. `load_report_data` reads the published tables (never the raw logs), filters them to the
+   date range in Spark and aggregates the few rows left in pandas into a `ReportData`: one
+   small DataFrame per figure, holding exactly the numbers that figure is drawn from.
+2. `render` draws each frame with matplotlib (Agg backend: no display) into a PNG and writes
+   `index.html` with every PNG embedded as a base64 data URI and its numbers beside it.
+
+Aggregation over a range follows the tables' rules (docs/tables.md): quantiles are per day and
+never averaged; histograms add; a mean over days is a total over queries
+(sum(unique_clusters_total) / sum(queries)), never a mean of daily means.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from logmetrics.config import Config, OutputConfig
+from logmetrics.errors import ConfigError, LogmetricsError
+from logmetrics.schemas import ALL_TRAFFIC
+from logmetrics.sinks import (
+    DAILY_TABLE,
+    K_SWEEP_TABLE,
+    REDUNDANCY_COST_TABLE,
+    Table,
+    read_table,
+    table_ref,
+)
+
+log = logging.getLogger(__name__)
+
+# Written by `logmetrics evaluate` (another command); only read here, and only when present.
+EVALUATION_RESULTS_TABLE = Table(
+    "evaluation_results", StructType([]), "Judged evaluation results.", partition_by=("run",)
+)
+EVALUATION_ALL = "ALL"
+"""`query_id` of the rows that average a run's queries."""
+
+FIGURE_SIZE = (9.0, 4.8)  # inches
+FIGURE_DPI = 100  # so every PNG is 900 x 480 pixels
+
+
+class ReportError(LogmetricsError):
+    """The tables a report needs are absent, or hold no row in the requested range."""
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """What the report shows: one small frame per figure, exactly the numbers it is drawn from.
+
+    Frames of the all-traffic rows (segment = segment_value = 'all'), metric_date as
+    `datetime.date`. A frame is None when its table is absent or has no row in the range.
+    """
+
+    start: dt.date
+    end: dt.date
+    threshold: int | None
+    median_band: pd.DataFrame  # metric_date, k, queries, p10, median, p90
+    share: pd.DataFrame  # metric_date, k, queries, threshold, share_at_or_below_threshold
+    histogram_date: dt.date
+    histogram: pd.DataFrame  # k, unique_clusters, queries, share (of the day's queries at k)
+    missing: pd.DataFrame  # metric_date, results, missing_cluster_results, missing_cluster_rate
+    max_missing_cluster_rate: float | None
+    k_sweep: pd.DataFrame | None  # k, queries, unique_clusters_total, mean_..., distinct_...
+    cost: pd.DataFrame | None  # metric_date, k, queries, slots, redundant_slots, ..._usd
+    segments: pd.DataFrame | None  # segment, segment_value, k, queries, mean_..., median_...
+    evaluation: pd.DataFrame | None  # run, k, metric, value (+ queries): the ALL rows
+
+
+# --- reading (Spark) ------------------------------------------------------------------------
+
+_DAILY_COLUMNS = [
+    "metric_date",
+    "k",
+    "segment",
+    "segment_value",
+    "queries",
+    "histogram",
+    "median",
+    "p10",
+    "p90",
+    "threshold",
+    "share_at_or_below_threshold",
+    "results",
+    "missing_cluster_results",
+    "missing_cluster_rate",
+]
+_K_SWEEP_COLUMNS = ["metric_date", "k", "segment", "segment_value", "queries"]
+_K_SWEEP_COLUMNS += ["unique_clusters_total"]
+_COST_COLUMNS = ["metric_date", "k", "segment", "segment_value", "queries", "slots"]
+_COST_COLUMNS += ["redundant_slots", "redundant_tokens", "redundant_usd"]
+_EVALUATION_COLUMNS = ["run", "k", "metric", "value"]
+
+
+def load_report_data(
+    spark: SparkSession,
+    config: Config,
+    start: dt.date | None = None,
+    end: dt.date | None = None,
+) -> ReportData:
+    """Read the tables for [start, end] (default: every date in unique_clusters_daily)."""
+    if start is not None and end is not None and start > end:
+        raise ConfigError(f"--start {start} is after --end {end}")
+    output = config.output
+    daily_df = read_table(spark, output, DAILY_TABLE)
+    if daily_df is None:
+        raise ReportError(
+            f"no {DAILY_TABLE.name} table at {table_ref(output, DAILY_TABLE)}: "
+            "run `logmetrics backfill` first"
+        )
+    if start is None or end is None:
+        first, last = daily_df.agg(F.min("metric_date"), F.max("metric_date")).first() or (
+            None,
+            None,
+        )
+        if first is None or last is None:
+            raise ReportError(f"{DAILY_TABLE.name} has no rows")
+        start = start or first
+        end = end or last
+        if start > end:
+            raise ConfigError(f"--start {start} is after the last date in the table, {end}")
+    assert start is not None and end is not None
+    daily = _in_range(daily_df, start, end, _DAILY_COLUMNS)
+    if daily.empty:
+        raise ReportError(f"{DAILY_TABLE.name} has no rows from {start} to {end}")
+    k_sweep = _optional(spark, output, K_SWEEP_TABLE, start, end, _K_SWEEP_COLUMNS)
+    cost = _optional(spark, output, REDUNDANCY_COST_TABLE, start, end, _COST_COLUMNS)
+    return build_report_data(
+        daily,
+        k_sweep,
+        cost,
+        _evaluation(spark, output),
+        start,
+        end,
+        max_missing_cluster_rate=config.quality.max_missing_cluster_rate,
+    )
+
+
+def _in_range(df: DataFrame, start: dt.date, end: dt.date, columns: list[str]) -> pd.DataFrame:
+    """The range's rows, few (days x k x segment values), as pandas."""
+    rows = df.where(F.col("metric_date").between(start, end)).select(*columns)
+    return rows.toPandas()
+
+
+def _optional(
+    spark: SparkSession,
+    output: OutputConfig,
+    table: Table,
+    start: dt.date,
+    end: dt.date,
+    columns: list[str],
+) -> pd.DataFrame | None:
+    df = read_table(spark, output, table)
+    if df is None:
+        log.warning("report: no %s table; its figure is left out", table.name)
+        return None
+    rows = _in_range(df, start, end, columns)
+    if rows.empty:
+        log.warning("report: %s has no rows from %s to %s", table.name, start, end)
+        return None
+    return rows
+
+
+def _evaluation(spark: SparkSession, output: OutputConfig) -> pd.DataFrame | None:
+    df = read_table(spark, output, EVALUATION_RESULTS_TABLE)
+    if df is None:
+        return None
+    columns = [*_EVALUATION_COLUMNS, *(["queries"] if "queries" in df.columns else [])]
+    return df.where(F.col("query_id") == EVALUATION_ALL).select(*columns).toPandas()
+
+
+# --- aggregation (pandas, small frames) -----------------------------------------------------
+
+
+def build_report_data(
+    daily: pd.DataFrame,
+    k_sweep: pd.DataFrame | None,
+    cost: pd.DataFrame | None,
+    evaluation: pd.DataFrame | None,
+    start: dt.date,
+    end: dt.date,
+    max_missing_cluster_rate: float | None = None,
+) -> ReportData:
+    """The figures' frames from the tables' rows in [start, end] (pure pandas)."""
+    everything = _all_traffic(daily)
+    if everything.empty:
+        raise ReportError(f"{DAILY_TABLE.name} has no all-traffic rows from {start} to {end}")
+    histogram_date, histogram = _latest_histogram(everything)
+    thresholds = everything["threshold"].dropna().unique()
+    return ReportData(
+        start=start,
+        end=end,
+        threshold=int(thresholds[0]) if len(thresholds) == 1 else None,
+        median_band=_frame(everything, ["metric_date", "k", "queries", "p10", "median", "p90"]),
+        share=_frame(
+            everything,
+            ["metric_date", "k", "queries", "threshold", "share_at_or_below_threshold"],
+        ),
+        histogram_date=histogram_date,
+        histogram=histogram,
+        missing=_missing(everything),
+        max_missing_cluster_rate=max_missing_cluster_rate,
+        k_sweep=_k_sweep(k_sweep),
+        cost=_cost(cost),
+        segments=_segments(daily),
+        evaluation=_evaluation_frame(evaluation),
+    )
+
+
+def _all_traffic(df: pd.DataFrame) -> pd.DataFrame:
+    mask = (df["segment"] == ALL_TRAFFIC) & (df["segment_value"] == ALL_TRAFFIC)
+    return df[mask].drop(columns=["segment", "segment_value"])
+
+
+def _frame(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    keys = [c for c in ("metric_date", "k") if c in columns]
+    return df[columns].sort_values(keys).reset_index(drop=True)
+
+
+def _latest_histogram(daily: pd.DataFrame) -> tuple[dt.date, pd.DataFrame]:
+    """The latest day with queries (the latest day at all when none has), one row per
+    (k, number of unique clusters)."""
+    with_queries = daily[daily["queries"] > 0]
+    day = (with_queries if not with_queries.empty else daily)["metric_date"].max()
+    rows = []
+    for row in daily[daily["metric_date"] == day].sort_values("k").itertuples():
+        counts = [int(n) for n in row.histogram]
+        total = sum(counts)
+        for value, n in enumerate(counts):
+            rows.append(
+                {
+                    "k": int(row.k),
+                    "unique_clusters": value,
+                    "queries": n,
+                    "share": n / total if total else np.nan,
+                }
+            )
+    return day, pd.DataFrame(rows, columns=["k", "unique_clusters", "queries", "share"])
+
+
+def _missing(daily: pd.DataFrame) -> pd.DataFrame:
+    """results and missing_cluster_results count the whole list: the same at every k, so one
+    row per day (the smallest k's)."""
+    first_k = daily.sort_values("k").groupby("metric_date", as_index=False).first()
+    columns = ["metric_date", "results", "missing_cluster_results", "missing_cluster_rate"]
+    return _frame(first_k, columns)
+
+
+def _k_sweep(rows: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Over the range, per k: totals add, the mean is their ratio (weighted by queries)."""
+    if rows is None:
+        return None
+    everything = _all_traffic(rows)
+    if everything.empty:
+        return None
+    sums = everything.groupby("k", as_index=False)[["queries", "unique_clusters_total"]].sum()
+    sums = sums.sort_values("k").reset_index(drop=True)
+    queries = sums["queries"].astype("float64")
+    sums["mean_unique_clusters"] = (sums["unique_clusters_total"] / queries).where(queries > 0)
+    sums["distinct_fraction"] = sums["mean_unique_clusters"] / sums["k"]
+    previous = sums["mean_unique_clusters"].shift(1)
+    previous_k = sums["k"].shift(1)
+    sums["marginal_rate"] = np.where(
+        sums["k"] == 1,
+        sums["mean_unique_clusters"],
+        (sums["mean_unique_clusters"] - previous).where(previous_k == sums["k"] - 1),
+    )
+    return sums
+
+
+def _cost(rows: pd.DataFrame | None) -> pd.DataFrame | None:
+    if rows is None:
+        return None
+    everything = _all_traffic(rows)
+    if everything.empty:
+        return None
+    columns = ["metric_date", "k", "queries", "slots", "redundant_slots"]
+    return _frame(everything, [*columns, "redundant_tokens", "redundant_usd"])
+
+
+def _segments(daily: pd.DataFrame) -> pd.DataFrame | None:
+    """Per segment value, at the largest k of the segment rows, over the range: the mean
+    (total clusters / queries) and the median of the summed histograms (histograms add;
+    daily medians do not average)."""
+    rows = daily[daily["segment"] != ALL_TRAFFIC]
+    if rows.empty:
+        return None
+    k = int(rows["k"].max())
+    out = []
+    for (segment, value), group in rows[rows["k"] == k].groupby(["segment", "segment_value"]):
+        hist = np.sum([np.asarray(h, dtype=np.int64) for h in group["histogram"]], axis=0)
+        queries = int(hist.sum())
+        out.append(
+            {
+                "segment": segment,
+                "segment_value": value,
+                "k": k,
+                "days": int(group["metric_date"].nunique()),
+                "queries": queries,
+                "mean_unique_clusters": (
+                    float((hist * np.arange(len(hist))).sum() / queries) if queries else np.nan
+                ),
+                "median_unique_clusters": histogram_quantile(hist, 0.5),
+            }
+        )
+    return pd.DataFrame(out).sort_values(["segment", "segment_value"]).reset_index(drop=True)
+
+
+def histogram_quantile(hist: Any, p: float) -> float:
+    """The p-quantile of the values a histogram counts, as numpy.percentile (linear)."""
+    counts = np.asarray(hist, dtype=np.int64)
+    n = int(counts.sum())
+    if n == 0:
+        return float("nan")
+    cumulative = np.cumsum(counts)
+
+    def value_at(index: int) -> float:  # the value at this sorted index
+        return float(np.searchsorted(cumulative, index, side="right"))
+
+    position = p * (n - 1)
+    below = int(np.floor(position))
+    above = min(below + 1, n - 1)
+    low, high, t = value_at(below), value_at(above), position - below
+    return high - (high - low) * (1 - t) if t >= 0.5 else low + (high - low) * t
+
+
+def _evaluation_frame(rows: pd.DataFrame | None) -> pd.DataFrame | None:
+    if rows is None or rows.empty:
+        return None
+    return rows.sort_values(["run", "metric", "k"]).reset_index(drop=True)
+
+
+# --- rendering (matplotlib, pure Python) ----------------------------------------------------
+
+FIGURES = (
+    "median_band",
+    "share_at_or_below_threshold",
+    "histogram_latest",
+    "k_sweep",
+    "missing_cluster_rate",
+    "redundancy_cost",
+    "segments",
+)
+"""The PNG files a report can hold (`<name>.png`); one is left out when it has no data."""
+
+
+@dataclass(frozen=True)
+class _Section:
+    name: str
+    title: str
+    caption: str
+    table: pd.DataFrame | None
+    png: Path | None
+    missing_note: str = ""
+
+
+def render(data: ReportData, out_dir: Path) -> Path:
+    """Write one PNG per figure and `index.html` (images inlined) under `out_dir`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in FIGURES:  # a figure left out this time must not linger from an earlier run
+        (out_dir / f"{name}.png").unlink(missing_ok=True)
+    sections = [
+        _median_band_section(data, out_dir),
+        _share_section(data, out_dir),
+        _histogram_section(data, out_dir),
+        _k_sweep_section(data, out_dir),
+        _missing_section(data, out_dir),
+        _cost_section(data, out_dir),
+    ]
+    if data.segments is not None:
+        sections.append(_segments_section(data, out_dir))
+    index = out_dir / "index.html"
+    index.write_text(_html(data, sections), encoding="utf-8")
+    return index
+
+
+def _range_text(data: ReportData) -> str:
+    if data.start == data.end:
+        return f"{data.start.isoformat()} (UTC)"
+    return f"{data.start.isoformat()} to {data.end.isoformat()} (UTC)"
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=FIGURE_DPI, facecolor="white")
+    plt.close(fig)
+    return path
+
+
+def _figure(ncols: int = 1) -> tuple[Any, Any]:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, ncols, figsize=FIGURE_SIZE, layout="constrained", squeeze=False)
+    return fig, axes[0]
+
+
+def _dates(values: pd.Series) -> pd.Series:
+    return pd.to_datetime(values)
+
+
+def _date_axis(ax: Any, data: ReportData) -> None:
+    """Whole UTC days on the x axis, the report's range with half a day either side."""
+    import matplotlib.dates as mdates
+
+    span = (data.end - data.start).days
+    locator: Any
+    if span <= 10:
+        locator = mdates.DayLocator()
+    else:
+        locator = mdates.AutoDateLocator(minticks=3, maxticks=10)
+        locator.intervald[mdates.HOURLY] = [24]  # never ticks between midnights
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    half = dt.timedelta(hours=12)
+    start = dt.datetime.combine(data.start, dt.time())
+    end = dt.datetime.combine(data.end, dt.time())
+    ax.set_xlim(start - half, end + half)
+    ax.set_xlabel("metric_date (UTC day)")
+    ax.grid(True, alpha=0.3)
+
+
+def _legend_outside(ax: Any) -> None:
+    """Right of the axes, where it cannot hide a line or a band."""
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
+def _integer_axis(axis: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _median_band_section(data: ReportData, out_dir: Path) -> _Section:
+    fig, (ax,) = _figure()
+    for k, group in data.median_band.groupby("k"):
+        days = _dates(group["metric_date"])
+        (line,) = ax.plot(days, group["median"], marker="o", markersize=3, label=f"median, k={k}")
+        ax.fill_between(
+            days,
+            group["p10"].astype("float64"),
+            group["p90"].astype("float64"),
+            color=line.get_color(),
+            alpha=0.18,
+            label=f"p10–p90, k={k}",
+        )
+    ax.set_ylabel("unique clusters in the top-k (count)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Daily median unique-clusters@k with the p10–p90 band\n{_range_text(data)}")
+    _legend_outside(ax)
+    _date_axis(ax, data)
+    return _Section(
+        "median_band",
+        "Daily median, p10–p90 band",
+        "Per day and k, the exact quantiles of unique-clusters@k over the day's queries "
+        "(quantiles are per day: they are never averaged across days).",
+        data.median_band,
+        _save(fig, out_dir / "median_band.png"),
+    )
+
+
+def _share_section(data: ReportData, out_dir: Path) -> _Section:
+    fig, (ax,) = _figure()
+    for k, group in data.share.groupby("k"):
+        ax.plot(
+            _dates(group["metric_date"]),
+            group["share_at_or_below_threshold"] * 100,
+            marker="o",
+            markersize=3,
+            label=f"k={k}",
+        )
+    threshold = "threshold" if data.threshold is None else str(data.threshold)
+    ax.set_ylabel(f"queries with unique clusters ≤ {threshold} (% of the day's queries)")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"Share of queries at or below the threshold ({threshold})\n{_range_text(data)}")
+    _legend_outside(ax)
+    _date_axis(ax, data)
+    return _Section(
+        "share_at_or_below_threshold",
+        f"Share at or below the threshold ({threshold})",
+        "Per day and k, the share of queries whose top-k holds at most the threshold's number "
+        "of distinct clusters (plotted in %, listed as a fraction).",
+        data.share,
+        _save(fig, out_dir / "share_at_or_below_threshold.png"),
+    )
+
+
+def _histogram_section(data: ReportData, out_dir: Path) -> _Section:
+    ks = sorted(data.histogram["k"].unique())
+    fig, axes = _figure(max(1, len(ks)))
+    for ax, k in zip(axes, ks, strict=False):
+        group = data.histogram[data.histogram["k"] == k]
+        ax.bar(group["unique_clusters"], group["queries"], color="tab:blue", width=0.8)
+        ax.set_title(f"k={k}", fontsize=10)
+        _integer_axis(ax.xaxis)
+        ax.set_xlabel("unique clusters in the top-k (count)")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].set_ylabel("queries (count)")
+    fig.suptitle(
+        f"Histogram of unique-clusters@k on {data.histogram_date.isoformat()} (UTC), the "
+        f"latest day with queries\nrange {_range_text(data)}"
+    )
+    return _Section(
+        "histogram_latest",
+        f"Histogram, {data.histogram_date.isoformat()}",
+        "Queries of the latest day in the range with exactly each number of distinct clusters "
+        "in their top-k, and their share of that day's queries.",
+        data.histogram,
+        _save(fig, out_dir / "histogram_latest.png"),
+    )
+
+
+def _k_sweep_section(data: ReportData, out_dir: Path) -> _Section:
+    title = "k-sweep: distinct clusters per added slot"
+    if data.k_sweep is None:
+        return _Section("k_sweep", title, "", None, None, _absent(K_SWEEP_TABLE, data))
+    sweep = data.k_sweep
+    fig, (left, right) = _figure(2)
+    left.plot(sweep["k"], sweep["mean_unique_clusters"], marker="o", markersize=3)
+    left.plot(sweep["k"], sweep["k"], linestyle=":", color="grey", label="all distinct (= k)")
+    left.set_xlabel("k (slots in the window)")
+    left.set_ylabel("mean unique clusters in the top-k (count)")
+    left.set_title("Mean unique clusters", fontsize=10)
+    left.legend(fontsize=8)
+    right.plot(sweep["k"], sweep["distinct_fraction"], marker="o", markersize=3, label="distinct")
+    right.plot(sweep["k"], sweep["marginal_rate"], marker="s", markersize=3, label="marginal")
+    right.set_xlabel("k (slots in the window)")
+    right.set_ylabel("fraction: distinct = mean/k, marginal = new clusters per slot")
+    right.set_ylim(bottom=0)
+    right.set_title("Distinct fraction and marginal rate", fontsize=10)
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.grid(True, alpha=0.3)
+        _integer_axis(ax.xaxis)
+    fig.suptitle(f"k-sweep over {_range_text(data)}, all traffic, weighted by queries")
+    return _Section(
+        "k_sweep",
+        title,
+        "Per k over the whole range: mean = sum(unique_clusters_total) / sum(queries); "
+        "distinct fraction = mean / k; marginal rate = mean(k) − mean(k−1), the expected new "
+        "clusters the k-th slot brings.",
+        sweep,
+        _save(fig, out_dir / "k_sweep.png"),
+    )
+
+
+def _missing_section(data: ReportData, out_dir: Path) -> _Section:
+    fig, (ax,) = _figure()
+    ax.plot(
+        _dates(data.missing["metric_date"]),
+        data.missing["missing_cluster_rate"] * 100,
+        marker="o",
+        markersize=3,
+        color="tab:red",
+        label="missing-cluster rate",
+    )
+    if data.max_missing_cluster_rate is not None:
+        ax.axhline(
+            data.max_missing_cluster_rate * 100,
+            color="grey",
+            linestyle="--",
+            label=f"quality gate ({data.max_missing_cluster_rate:.2%})",
+        )
+    ax.set_ylabel("entries not in the cluster table (% of valid entries)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Missing-cluster rate per day\n{_range_text(data)}")
+    _legend_outside(ax)
+    _date_axis(ax, data)
+    results = int(data.missing["results"].sum())
+    missing = int(data.missing["missing_cluster_results"].sum())
+    overall = f"{missing / results:.3%}" if results else "-"
+    return _Section(
+        "missing_cluster_rate",
+        "Missing-cluster rate",
+        f"Valid served entries whose chunk is absent from the cluster table, per day (plotted "
+        f"in %, listed as a fraction). Over the range: {missing:,} of {results:,} = {overall}.",
+        data.missing,
+        _save(fig, out_dir / "missing_cluster_rate.png"),
+    )
+
+
+def _cost_section(data: ReportData, out_dir: Path) -> _Section:
+    title = "Redundancy cost"
+    if data.cost is None:
+        return _Section(
+            "redundancy_cost", title, "", None, None, _absent(REDUNDANCY_COST_TABLE, data)
+        )
+    cost = data.cost
+    fig, (ax,) = _figure()
+    totals = []
+    for k, group in cost.groupby("k"):
+        ax.plot(
+            _dates(group["metric_date"]),
+            group["redundant_usd"],
+            marker="o",
+            markersize=3,
+            label=f"k={k}",
+        )
+        days = group["metric_date"].nunique()
+        usd = float(group["redundant_usd"].sum())
+        totals.append(
+            f"k={k}: {int(group['redundant_slots'].sum()):,} redundant slots, "
+            f"{int(group['redundant_tokens'].sum()):,} tokens, {usd:,.2f} USD "
+            f"({usd / days:,.2f} USD a day)"
+        )
+    ax.set_ylabel("cost of the redundant slots' prompt tokens (USD per day)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Daily cost of redundant slots in the top-k\n{_range_text(data)}")
+    _legend_outside(ax)
+    _date_axis(ax, data)
+    return _Section(
+        "redundancy_cost",
+        title,
+        "A slot is redundant when its cluster already appeared above it in the same list; its "
+        "prompt tokens are priced at cost.usd_per_million_input_tokens. Over the range: "
+        + "; ".join(totals)
+        + ".",
+        cost,
+        _save(fig, out_dir / "redundancy_cost.png"),
+    )
+
+
+def _segments_section(data: ReportData, out_dir: Path) -> _Section:
+    segments = data.segments
+    assert segments is not None
+    names = sorted(segments["segment"].unique())
+    fig, axes = _figure(len(names))
+    k = int(segments["k"].iloc[0])
+    for ax, name in zip(axes, names, strict=False):
+        group = segments[segments["segment"] == name].reset_index(drop=True)
+        positions = np.arange(len(group))
+        ax.barh(positions, group["mean_unique_clusters"], color="tab:green", label="mean")
+        ax.plot(group["median_unique_clusters"], positions, "D", color="black", label="median")
+        ax.set_yticks(positions, [str(v) for v in group["segment_value"]])
+        ax.set_xlabel(f"unique clusters in the top-{k} (count)")
+        ax.set_ylabel(f"{name} (segment value)")
+        ax.set_title(f"by {name}", fontsize=10)
+        ax.grid(True, axis="x", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Unique-clusters@{k} per segment value, over {_range_text(data)}")
+    return _Section(
+        "segments",
+        "Segments",
+        f"Per segment value at k={k}, over the range: the mean (total clusters / queries) and "
+        "the median of the summed daily histograms.",
+        segments,
+        _save(fig, out_dir / "segments.png"),
+    )
+
+
+def _absent(table: Table, data: ReportData) -> str:
+    return f"No rows in {table.name} from {data.start} to {data.end}: figure left out."
+
+
+# --- HTML -------------------------------------------------------------------------------------
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+section { margin-bottom: 2.5em; }
+.row { display: flex; gap: 1.5em; align-items: flex-start; flex-wrap: wrap; }
+.numbers { max-height: 480px; overflow: auto; }
+table { border-collapse: collapse; font-size: 0.8em; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
+th { background: #f2f2f2; position: sticky; top: 0; }
+.caption { max-width: 900px; }
+.note { color: #8a6d3b; }
+"""
+
+
+def _html(data: ReportData, sections: list[_Section]) -> str:
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>logmetrics report {html.escape(_range_text(data))}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>logmetrics report: unique-clusters@k</h1>",
+        f"<p>Date range: <b>{html.escape(_range_text(data))}</b>. All-traffic rows "
+        "(segment = 'all') unless a section says otherwise. Every figure is drawn from the "
+        "table beside it, read from the Delta tables.</p>",
+    ]
+    for section in sections:
+        parts.append(f'<section id="{section.name}"><h2>{html.escape(section.title)}</h2>')
+        if section.png is None or section.table is None:
+            parts.append(f'<p class="note">{html.escape(section.missing_note)}</p></section>')
+            continue
+        encoded = base64.b64encode(section.png.read_bytes()).decode("ascii")
+        parts.append(f'<p class="caption">{html.escape(section.caption)}</p>')
+        parts.append('<div class="row">')
+        parts.append(
+            f'<img alt="{html.escape(section.title)}" width="{int(FIGURE_SIZE[0] * FIGURE_DPI)}" '
+            f'src="data:image/png;base64,{encoded}">'
+        )
+        parts.append(f'<div class="numbers">{_table_html(section.table)}</div></div></section>')
+    if data.evaluation is not None:
+        parts.append('<section id="evaluation"><h2>Evaluation (judged), averaged rows</h2>')
+        parts.append(
+            '<p class="caption">evaluation_results rows with query_id = ALL: each metric@k '
+            "averaged over a run's evaluated queries.</p>"
+        )
+        parts.append(f'<div class="numbers">{_table_html(data.evaluation)}</div></section>')
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _table_html(df: pd.DataFrame) -> str:
+    formatters: dict[str, Callable[[Any], str]] = {}
+    for column in df.columns:
+        if pd.api.types.is_float_dtype(df[column]):
+            formatters[column] = _number
+    text: str = df.to_html(index=False, formatters=formatters, na_rep="-", border=0)
+    return text
+
+
+def _number(value: Any) -> str:
+    """Floats as stored, to 6 significant digits (NaN as '-')."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "-"
+    return f"{float(value):.6g}"

@@ -1,0 +1,474 @@
+"""`logmetrics report`: the numbers behind each figure, the images, the HTML page, the CLI.
+
+Small Delta tables with known values are written to a temporary warehouse; every expected
+number below is worked out by hand from those values (or numpy.percentile on the expanded
+histogram), never taken from the report's own output.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from pyspark.sql import SparkSession
+
+from logmetrics import cli
+from logmetrics.config import OutputConfig, load_config
+from logmetrics.report import (
+    FIGURE_DPI,
+    FIGURE_SIZE,
+    build_report_data,
+    histogram_quantile,
+    load_report_data,
+    render,
+)
+from logmetrics.schemas import DAILY, K_SWEEP, REDUNDANCY_COST
+from logmetrics.sinks import DAILY_TABLE, K_SWEEP_TABLE, REDUNDANCY_COST_TABLE, replace_dates
+
+D0, D1, D2, D3 = (dt.date(2026, 9, 30) + dt.timedelta(days=i) for i in range(4))
+THRESHOLD = 2
+STAMP = {"cluster_table_version": 3, "run_id": "test", "computed_at": dt.datetime(2026, 10, 4)}
+
+# All traffic: histograms per (day, k); index i = queries with exactly i clusters.
+ALL_HIST = {
+    (D0, 2): [0, 1, 1],
+    (D0, 3): [0, 0, 1, 1],
+    (D1, 2): [0, 1, 3],
+    (D1, 3): [0, 1, 2, 1],
+    (D2, 2): [0, 3, 3],
+    (D2, 3): [0, 1, 3, 2],
+    (D3, 2): [1, 2, 7],
+    (D3, 3): [1, 2, 3, 4],
+}
+# (valid entries, entries unknown to the cluster table) per day: the same at every k.
+RESULTS = {D0: (20, 0), D1: (40, 1), D2: (60, 0), D3: (100, 5)}
+# One segment column, `surface`, at k = 3 (and k = 2, which the comparison must not use).
+SEGMENT_HIST = {
+    ("web", D0, 3): [0, 0, 0, 9],  # outside the range
+    ("web", D1, 3): [0, 1, 1, 0],
+    ("web", D2, 3): [0, 0, 1, 1],
+    ("web", D3, 3): [1, 0, 0, 1],
+    ("app", D1, 3): [0, 0, 1, 1],
+    ("app", D2, 3): [0, 1, 1, 2],
+    ("app", D3, 3): [0, 2, 2, 5],
+    ("web", D3, 2): [2, 0, 0],
+    ("app", D3, 2): [9, 0, 0],
+}
+# k-sweep totals (sum of unique_clusters@k over the day's queries) for k = 1..3.
+SWEEP = {D0: (2, [2, 3, 4]), D1: (4, [4, 7, 8]), D2: (6, [6, 9, 12]), D3: (10, [10, 18, 23])}
+# redundancy cost per (day, k): (queries, slots, redundant_slots, redundant_tokens, usd)
+COST = {
+    (D0, 2): (2, 4, 1, 510, 0.00153),
+    (D1, 2): (4, 8, 1, 510, 0.00153),
+    (D1, 3): (4, 12, 4, 2040, 0.00612),
+    (D2, 2): (6, 12, 3, 1530, 0.00459),
+    (D2, 3): (6, 18, 7, 3570, 0.01071),
+    (D3, 2): (10, 20, 2, 1020, 0.00306),
+    (D3, 3): (10, 30, 7, 3570, 0.01071),
+}
+
+
+def _quantiles(hist: list[int]) -> dict[str, float | None]:
+    values = np.repeat(np.arange(len(hist)), hist)
+    if values.size == 0:
+        return {name: None for name in ("p10", "p25", "median", "p75", "p90")}
+    p = dict(zip(("p10", "p25", "median", "p75", "p90"), (10, 25, 50, 75, 90), strict=True))
+    return {name: float(np.percentile(values, q)) for name, q in p.items()}
+
+
+def _daily_row(
+    day: dt.date, k: int, hist: list[int], segment: str = "all", value: str = "all"
+) -> tuple[Any, ...]:
+    queries = sum(hist)
+    results, missing = RESULTS[day]
+    row = {
+        "metric_date": day,
+        "k": k,
+        "segment": segment,
+        "segment_value": value,
+        "queries": queries,
+        "empty_queries": hist[0],
+        "histogram": hist,
+        **_quantiles(hist),
+        "mean": sum(i * n for i, n in enumerate(hist)) / queries,
+        "threshold": THRESHOLD,
+        "share_at_or_below_threshold": sum(hist[: THRESHOLD + 1]) / queries,
+        "results": results,
+        "missing_cluster_results": missing,
+        "missing_cluster_rate": missing / results,
+        "dq_passed": True,
+        "rows_read": queries,
+        "duplicate_rows": 0,
+        "quarantined_rows": 0,
+        "quarantined_entries": 0,
+        **STAMP,
+    }
+    return tuple(row[f.name] for f in DAILY.fields)
+
+
+def _sweep_rows(segment: str, value: str, scale: int) -> list[tuple[Any, ...]]:
+    rows = []
+    for day, (queries, totals) in SWEEP.items():
+        for k, total in enumerate(totals, start=1):
+            q, t = queries * scale, total * scale + (scale - 1)
+            row = {
+                "metric_date": day,
+                "k": k,
+                "segment": segment,
+                "segment_value": value,
+                "queries": q,
+                "unique_clusters_total": t,
+                "mean_unique_clusters": t / q,
+                "distinct_fraction": t / q / k,
+                "marginal_rate": 0.0,  # not read: the range's rate comes from the totals
+                **STAMP,
+            }
+            rows.append(tuple(row[f.name] for f in K_SWEEP.fields))
+    return rows
+
+
+def _cost_row(
+    day: dt.date, k: int, values: tuple[Any, ...], segment: str = "all", value: str = "all"
+) -> tuple[Any, ...]:
+    queries, slots, redundant_slots, tokens, usd = values
+    row = {
+        "metric_date": day,
+        "k": k,
+        "segment": segment,
+        "segment_value": value,
+        "queries": queries,
+        "slots": slots,
+        "redundant_slots": redundant_slots,
+        "redundant_tokens": tokens,
+        "redundant_usd": usd,
+        "tokens_per_slot": 510,
+        "usd_per_million_input_tokens": 3.0,
+        **STAMP,
+    }
+    return tuple(row[f.name] for f in REDUNDANCY_COST.fields)
+
+
+@pytest.fixture(scope="module")
+def warehouse(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("report-warehouse")
+    output = OutputConfig(warehouse=str(path))
+    days = [D0, D1, D2, D3]
+    daily = [_daily_row(day, k, hist) for (day, k), hist in ALL_HIST.items()]
+    daily += [_daily_row(d, k, h, "surface", v) for (v, d, k), h in SEGMENT_HIST.items()]
+    replace_dates(spark, spark.createDataFrame(daily, DAILY), output, DAILY_TABLE, days)
+    # The segments' k-sweep and cost rows are far from all traffic's: they must not leak in.
+    sweep = _sweep_rows("all", "all", 1) + _sweep_rows("surface", "web", 7)
+    replace_dates(spark, spark.createDataFrame(sweep, K_SWEEP), output, K_SWEEP_TABLE, days)
+    cost = [_cost_row(day, k, values) for (day, k), values in COST.items()]
+    cost.append(_cost_row(D3, 3, (3, 9, 9, 99999, 99.0), "surface", "web"))
+    replace_dates(
+        spark, spark.createDataFrame(cost, REDUNDANCY_COST), output, REDUNDANCY_COST_TABLE, days
+    )
+    evaluation = spark.createDataFrame(
+        [
+            ("bm25", "q1", 10, "recall", 0.9876),
+            ("bm25", "ALL", 10, "recall", 0.6125),
+            ("bm25", "ALL", 10, "ndcg", 0.4321),
+            ("hybrid", "ALL", 5, "recall", 0.7777),
+        ],
+        "run string, query_id string, k int, metric string, value double",
+    )
+    evaluation.write.format("delta").save(str(path / "evaluation_results"))
+    return path
+
+
+def _config_file(tmp_path: Path, warehouse: Path) -> Path:
+    path = tmp_path / "report.yaml"
+    path.write_text(
+        f"""
+inputs:
+  served_logs: {{path: {tmp_path / "logs"}}}
+  clusters: {{path: {tmp_path / "clusters"}}}
+output:
+  warehouse: {warehouse}
+metrics:
+  ks: [2, 3]
+  threshold: {THRESHOLD}
+quality:
+  max_missing_cluster_rate: 0.04
+spark:
+  log_dir: null
+"""
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def data(spark: SparkSession, warehouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    config = load_config([_config_file(tmp_path_factory.mktemp("conf"), warehouse)])
+    return load_report_data(spark, config, D1, D3)
+
+
+@pytest.fixture(scope="module")
+def rendered(data: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return render(data, tmp_path_factory.mktemp("report") / "out")
+
+
+# --- the numbers ----------------------------------------------------------------------------
+
+
+def test_k_sweep_over_the_range_is_weighted_by_queries(data: Any) -> None:
+    sweep = data.k_sweep
+    assert list(sweep["k"]) == [1, 2, 3]
+    assert list(sweep["queries"]) == [20, 20, 20]  # 4 + 6 + 10; D0 is outside the range
+    assert list(sweep["unique_clusters_total"]) == [20, 34, 43]
+    # 34/20, not the mean of the daily means (7/4 + 9/6 + 18/10) / 3 = 1.683...
+    assert sweep["mean_unique_clusters"].tolist() == pytest.approx([1.0, 1.7, 2.15])
+    assert sweep["distinct_fraction"].tolist() == pytest.approx([1.0, 0.85, 2.15 / 3])
+    assert sweep["marginal_rate"].tolist() == pytest.approx([1.0, 0.7, 0.45])
+
+
+def test_band_and_share_are_the_daily_all_traffic_rows(data: Any) -> None:
+    assert (data.start, data.end, data.threshold) == (D1, D3, THRESHOLD)
+    band = data.median_band
+    assert list(zip(band["metric_date"], band["k"], strict=True)) == [
+        (D1, 2), (D1, 3), (D2, 2), (D2, 3), (D3, 2), (D3, 3),
+    ]  # fmt: skip
+    # D3, k=3: histogram [1, 2, 3, 4] = values 0 1 1 2 2 2 3 3 3 3.
+    # p10 at 0.9 -> 0 + 0.9 * (1 - 0) = 0.9; median at 4.5 -> 2; p90 at 8.1 -> 3.
+    last = band.iloc[-1]
+    assert (last["queries"], last["p10"], last["median"], last["p90"]) == (10, 0.9, 2.0, 3.0)
+    # D1, k=3: [0, 1, 2, 1] = 1 2 2 3: p10 at 0.3 -> 1.3, median 2, p90 at 2.7 -> 2.7.
+    d1 = band[(band["metric_date"] == D1) & (band["k"] == 3)].iloc[0]
+    assert (d1["p10"], d1["median"], d1["p90"]) == pytest.approx((1.3, 2.0, 2.7))
+    share = data.share
+    # Share at or below 2: every query at k=2; at k=3, D1 [0, 1, 2, 1] -> 3/4,
+    # D2 [0, 1, 3, 2] -> 4/6, D3 [1, 2, 3, 4] -> 6/10.
+    assert share["share_at_or_below_threshold"].tolist() == pytest.approx(
+        [1.0, 3 / 4, 1.0, 4 / 6, 1.0, 6 / 10]
+    )
+
+
+def test_latest_day_histogram(data: Any) -> None:
+    assert data.histogram_date == D3
+    hist = data.histogram
+    assert hist[hist["k"] == 2]["queries"].tolist() == [1, 2, 7]
+    assert hist[hist["k"] == 3]["queries"].tolist() == [1, 2, 3, 4]
+    assert hist[hist["k"] == 3]["unique_clusters"].tolist() == [0, 1, 2, 3]
+    assert hist[hist["k"] == 3]["share"].tolist() == pytest.approx([0.1, 0.2, 0.3, 0.4])
+
+
+def test_missing_cluster_rate_one_row_per_day(data: Any) -> None:
+    missing = data.missing
+    assert missing["metric_date"].tolist() == [D1, D2, D3]
+    assert missing["results"].tolist() == [40, 60, 100]
+    assert missing["missing_cluster_results"].tolist() == [1, 0, 5]
+    assert missing["missing_cluster_rate"].tolist() == pytest.approx([0.025, 0.0, 0.05])
+    assert data.max_missing_cluster_rate == 0.04
+
+
+def test_cost_is_the_all_traffic_rows_in_range(data: Any) -> None:
+    cost = data.cost
+    # D0 is outside the range; the surface=web row (99 USD) is not all traffic.
+    assert list(zip(cost["metric_date"], cost["k"], strict=True)) == [
+        (D1, 2), (D1, 3), (D2, 2), (D2, 3), (D3, 2), (D3, 3),
+    ]  # fmt: skip
+    assert cost["redundant_slots"].tolist() == [1, 4, 3, 7, 2, 7]
+    assert cost["redundant_tokens"].tolist() == [510, 2040, 1530, 3570, 1020, 3570]
+    assert cost["redundant_usd"].tolist() == pytest.approx(
+        [0.00153, 0.00612, 0.00459, 0.01071, 0.00306, 0.01071]
+    )
+
+
+def test_segments_compare_values_at_the_largest_k_over_the_range(data: Any) -> None:
+    seg = data.segments
+    assert seg["segment_value"].tolist() == ["app", "web"]
+    assert set(seg["segment"]) == {"surface"} and set(seg["k"]) == {3}
+    # web: [0,1,1,0] + [0,0,1,1] + [1,0,0,1] = [1,1,2,2]: 6 queries, mean 11/6,
+    # values 0 1 2 2 3 3, median at 2.5 -> between 2 and 2 = 2.
+    # (D0's [0,0,0,9] is outside the range.)
+    # app: [0,0,1,1] + [0,1,1,2] + [0,2,2,5] = [0,3,4,8]: 15 queries, mean 35/15, median 3.
+    assert seg["queries"].tolist() == [15, 6]
+    assert seg["days"].tolist() == [3, 3]
+    assert seg["mean_unique_clusters"].tolist() == pytest.approx([35 / 15, 11 / 6])
+    assert seg["median_unique_clusters"].tolist() == [3.0, 2.0]
+
+
+def test_evaluation_shows_only_the_averaged_rows(data: Any) -> None:
+    ev = data.evaluation
+    assert list(ev.columns) == ["run", "k", "metric", "value"]
+    assert ev.values.tolist() == [
+        ["bm25", 10, "ndcg", 0.4321],
+        ["bm25", 10, "recall", 0.6125],
+        ["hybrid", 5, "recall", 0.7777],
+    ]
+
+
+def test_default_range_is_every_date_in_the_daily_table(
+    spark: SparkSession, warehouse: Path, tmp_path: Path
+) -> None:
+    config = load_config([_config_file(tmp_path, warehouse)])
+    everything = load_report_data(spark, config)
+    assert (everything.start, everything.end) == (D0, D3)
+    assert everything.missing["metric_date"].tolist() == [D0, D1, D2, D3]
+    assert everything.k_sweep["queries"].tolist() == [22, 22, 22]
+
+
+def test_histogram_quantile_matches_numpy_percentile() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        hist = rng.integers(0, 5, size=rng.integers(1, 8)).tolist()
+        if sum(hist) == 0:
+            continue
+        values = np.repeat(np.arange(len(hist)), hist)
+        for p in (0.1, 0.25, 0.5, 0.75, 0.9):
+            assert histogram_quantile(hist, p) == np.percentile(values, 100 * p)
+
+
+def test_latest_histogram_skips_a_trailing_day_without_queries() -> None:
+    def row(day: dt.date, hist: list[int]) -> dict[str, Any]:
+        return {
+            "metric_date": day, "k": 2, "segment": "all", "segment_value": "all",
+            "queries": sum(hist), "histogram": hist, "median": None, "p10": None, "p90": None,
+            "threshold": 1, "share_at_or_below_threshold": None, "results": 0,
+            "missing_cluster_results": 0, "missing_cluster_rate": None,
+        }  # fmt: skip
+
+    daily = pd.DataFrame([row(D1, [1, 2, 3]), row(D2, [0, 0, 0])])
+    data = build_report_data(daily, None, None, None, D1, D2)
+    assert data.histogram_date == D1
+    assert data.histogram["queries"].tolist() == [1, 2, 3]
+    assert data.k_sweep is None and data.cost is None and data.segments is None
+
+
+# --- the images and the page ----------------------------------------------------------------
+
+PNGS = [
+    "median_band",
+    "share_at_or_below_threshold",
+    "histogram_latest",
+    "k_sweep",
+    "missing_cluster_rate",
+    "redundancy_cost",
+    "segments",
+]
+
+
+@pytest.mark.parametrize("name", PNGS)
+def test_every_png_renders_and_is_not_blank(rendered: Path, name: str) -> None:
+    import matplotlib.image as mpimg
+
+    image = mpimg.imread(rendered.parent / f"{name}.png")
+    height, width = image.shape[:2]
+    assert (width, height) == (FIGURE_SIZE[0] * FIGURE_DPI, FIGURE_SIZE[1] * FIGURE_DPI)
+    rgb = (image[:, :, :3] * 255).round().astype(np.uint8).reshape(-1, 3)
+    not_white = (rgb < 250).any(axis=1).mean()
+    assert not_white > 0.02, f"{name}: only {not_white:.1%} of the pixels are drawn"
+    colours = np.unique(rgb, axis=0)
+    assert len(colours) > 10, f"{name}: {len(colours)} colours"
+    # Something besides black, grey and white: the data are drawn in colour.
+    saturated = (rgb.max(axis=1).astype(int) - rgb.min(axis=1).astype(int) > 60).mean()
+    assert saturated > 0.002, f"{name}: no coloured data drawn"
+
+
+def test_html_is_self_contained_and_shows_the_numbers(rendered: Path) -> None:
+    page = rendered.read_text(encoding="utf-8")
+    assert rendered.name == "index.html"
+    sources = re.findall(r'src="([^"]*)"', page)
+    assert len(sources) == len(PNGS)
+    assert all(s.startswith("data:image/png;base64,") for s in sources)
+    assert "http://" not in page and "https://" not in page
+    assert "<link" not in page and "<script" not in page
+    # The embedded images are the PNG files.
+    embedded = {base64.b64decode(s.split(",", 1)[1]) for s in sources}
+    assert embedded == {(rendered.parent / f"{n}.png").read_bytes() for n in PNGS}
+    # The numbers beside the plots: the range, the k-sweep, the latest histogram, segments,
+    # evaluation's averaged rows (never its per-query row).
+    assert "2026-10-01 to 2026-10-03" in page
+    sweep = _section(page, "k_sweep")
+    for number in ("1.7", "2.15", "0.85", "0.716667", "0.45", "34", "43"):
+        assert f">{number}<" in sweep, number
+    assert ">0.9<" in _section(page, "median_band")
+    segments = _section(page, "segments")
+    assert ">2.33333<" in segments and ">1.83333<" in segments and ">web<" in segments
+    assert ">0.6125<" in page and ">0.4321<" in page and "0.9876" not in page
+    assert ">0.025<" in _section(page, "missing_cluster_rate")
+
+
+def _section(page: str, name: str) -> str:
+    match = re.search(rf'<section id="{name}">(.*?)</section>', page, re.S)
+    assert match, name
+    return match.group(1)
+
+
+def test_figure_without_data_is_left_out_with_a_note(tmp_path: Path) -> None:
+    daily = pd.DataFrame(
+        [
+            {
+                "metric_date": D1, "k": 2, "segment": "all", "segment_value": "all",
+                "queries": 3, "histogram": [0, 1, 2], "median": 2.0, "p10": 1.2, "p90": 2.0,
+                "threshold": 1, "share_at_or_below_threshold": 1 / 3, "results": 6,
+                "missing_cluster_results": 0, "missing_cluster_rate": 0.0,
+            }
+        ]
+    )  # fmt: skip
+    index = render(build_report_data(daily, None, None, None, D1, D1), tmp_path / "r")
+    page = index.read_text()
+    assert "No rows in unique_clusters_k_sweep" in page
+    assert "No rows in redundancy_cost_daily" in page
+    assert not (tmp_path / "r" / "k_sweep.png").exists()
+    assert (tmp_path / "r" / "median_band.png").exists()
+    assert page.count("data:image/png;base64,") == 4
+    assert "Evaluation" not in page
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+def test_cli_report_end_to_end(
+    warehouse: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    config = _config_file(tmp_path, warehouse)
+    argv = ["report", "--config", str(config), "--start", "2026-10-02", "--end", "2026-10-03"]
+    assert cli.main([*argv, "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == f"report: {out / 'index.html'}"
+    page = (out / "index.html").read_text()
+    assert "2026-10-02 to 2026-10-03" in page
+    # k-sweep over D2..D3: totals 6+10 = 16 queries, 27 / 16 = 1.6875 at k=2.
+    assert ">1.6875<" in _section(page, "k_sweep")
+    assert all((out / f"{name}.png").is_file() for name in PNGS)
+
+
+def test_cli_report_missing_table_is_one_line(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config_file(tmp_path, tmp_path / "empty-warehouse")
+    code = cli.main(["report", "--config", str(config), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert code == 1
+    assert len(err.splitlines()) == 1
+    assert err.startswith("logmetrics: error: no unique_clusters_daily table")
+
+
+def test_cli_report_range_without_rows_is_one_line(
+    warehouse: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config_file(tmp_path, warehouse)
+    argv = ["report", "--config", str(config), "--start", "2027-01-01", "--end", "2027-01-31"]
+    assert cli.main([*argv, "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "logmetrics: error: unique_clusters_daily has no rows from 2027-01-01 to 2027-01-31"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_report_start_after_end_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config_file(tmp_path, tmp_path / "w")
+    argv = ["report", "--config", str(config), "--start", "2026-10-03", "--end", "2026-10-01"]
+    assert cli.main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert "after --end" in capsys.readouterr().err
