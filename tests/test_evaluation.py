@@ -625,3 +625,102 @@ def test_csv_and_parquet_inputs(spark: SparkSession, tmp_path: Path) -> None:
     row = read_run(spark, "A", RunInput(path=str(parquet), format="parquet")).first()
     assert row is not None
     assert (row["query_id"], row["rank"], row["chunk_id"]) == ("7", 2, "5")
+
+
+def _python_cluster_metrics(
+    runs: list[tuple[Any, ...]],
+    judgments: list[tuple[Any, ...]],
+    clusters: list[tuple[Any, ...]],
+    ks: tuple[int, ...],
+    names: tuple[str, ...],
+) -> dict[Key, float]:
+    """unique_clusters and cluster_recall from the issue's rules, in plain Python."""
+    ids: dict[str, list[str]] = {}
+    for chunk, cluster in clusters:
+        if chunk is not None:
+            ids.setdefault(chunk, []).extend([cluster] if cluster is not None else [])
+
+    def key(chunk: str) -> str:
+        return f"c:{min(ids[chunk])}" if ids.get(chunk) else f"s:{chunk}"
+
+    judged: dict[str, set[str]] = {}
+    for qid, chunk, grade in judgments:
+        if grade >= 1:
+            judged.setdefault(qid, set()).add(key(chunk))
+    lists: dict[tuple[str, str], list[str]] = {}
+    for _, (run, qid, _rank, chunk) in sorted(
+        enumerate(runs), key=lambda item: (item[1][2], item[0])
+    ):
+        lists.setdefault((run, qid), []).append(chunk)
+    out: dict[Key, float] = {}
+    for run in names:
+        for qid, relevant in judged.items():
+            chunks = lists.get((run, qid), [])
+            for k in ks:
+                found = {key(chunk) for chunk in chunks[:k]}
+                out[(run, qid, k, "unique_clusters")] = float(len(found))
+                out[(run, qid, k, "cluster_recall")] = len(found & relevant) / len(relevant)
+    return out
+
+
+def test_original_vs_deduplicated_every_figure_matches_independent_references(
+    spark: SparkSession,
+) -> None:
+    """Generated judged runs against an original and a deduplicated index (fixed seed): every
+    per-query figure and every average equals ir_measures (recall, nDCG) or the plain-Python
+    rules (unique_clusters, cluster_recall)."""
+    rng = random.Random(23)
+    chunks = [f"d{i}" for i in range(60)]
+    clusters: list[tuple[Any, ...]] = []
+    for chunk in chunks:
+        draw = rng.random()
+        if draw < 0.6:
+            clusters.append((chunk, f"k{rng.randint(0, 14)}"))
+        elif draw < 0.7:
+            clusters.append((chunk, None))
+        elif draw < 0.8:
+            clusters += [(chunk, f"k{rng.randint(0, 14)}"), (chunk, None)]
+        # else: absent from the cluster table
+    first_cluster = {chunk: cluster for chunk, cluster in reversed(clusters)}
+    runs: list[tuple[Any, ...]] = []
+    judgments: list[tuple[Any, ...]] = []
+    for q in range(20):
+        qid = f"q{q}"
+        judgments += [(qid, c, rng.choice([0, 1, 2, 3])) for c in rng.sample(chunks, 10)]
+        original = [rng.choice(chunks) for _ in range(rng.randint(0, 12))]
+        deduplicated, seen = [], set()  # the index keeps one chunk per cluster id
+        for chunk in original:
+            cluster = first_cluster.get(chunk)
+            if cluster is None or cluster not in seen:
+                deduplicated.append(chunk)
+                seen.add(cluster)
+        runs += [("original", qid, rank, c) for rank, c in enumerate(original, 1)]
+        runs += [("dedup", qid, rank, c) for rank, c in enumerate(deduplicated, 1)]
+    ks = (1, 5, 10)
+    names = ("original", "dedup")
+    rows = evaluation_results(
+        per_query_metrics(
+            _runs_df(spark, runs),
+            _judgments_df(spark, judgments),
+            _keys_df(spark, clusters),
+            list(names),
+            ks,
+            1,
+            "exponential",
+        )
+    ).collect()
+    got = {(r.run, r.query_id, r.k, r.metric): r.value for r in rows}
+
+    expected = _python_cluster_metrics(runs, judgments, clusters, ks, names)
+    evaluated = {qid for qid, _, grade in judgments if grade >= 1}
+    reference = _reference(runs, judgments, ks, "exponential")
+    for run in names:
+        for qid in evaluated:
+            for k in ks:
+                for metric in ("recall", "ndcg"):  # no list: 0 (ir_measures leaves it out)
+                    expected[(run, qid, k, metric)] = reference.get((run, qid, k, metric), 0.0)
+    for run, k, metric in {(r, k, m) for r, _, k, m in list(expected)}:
+        values = [v for (r, q, kk, m), v in expected.items() if (r, kk, m) == (run, k, metric)]
+        expected[(run, ALL_QUERIES, k, metric)] = sum(values) / len(values)
+    assert len(expected) == 2 * (len(evaluated) + 1) * len(ks) * 4
+    assert got == pytest.approx(expected, abs=1e-9, rel=0)
