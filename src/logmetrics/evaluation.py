@@ -308,7 +308,10 @@ def compare_runs(
     """(metric, k, a, b, diff, p_value, queries) for runs `a` and `b`, from per-query rows
     (run, query_id, k, metric, value): the means over the queries both runs have, b - a, and
     the paired randomisation test's two-sided p-value. Metrics in METRICS order, then k."""
+    columns = ["metric", "k", "a", "b", "diff", "p_value", "queries"]
     rows = per_query[(per_query["query_id"] != ALL_QUERIES) & per_query["run"].isin([a, b])]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
     paired = rows.pivot_table(
         index=["metric", "k", "query_id"], columns="run", values="value", aggfunc="first"
     ).dropna()
@@ -328,7 +331,7 @@ def compare_runs(
                     "queries": len(both),
                 }
             )
-    return pd.DataFrame(out, columns=["metric", "k", "a", "b", "diff", "p_value", "queries"])
+    return pd.DataFrame(out, columns=columns)
 
 
 def format_comparison(comparison: pd.DataFrame, a: str, b: str) -> str:
@@ -347,6 +350,8 @@ def format_comparison(comparison: pd.DataFrame, a: str, b: str) -> str:
 
 def format_averages(averages: pd.DataFrame) -> str:
     """Averaged rows (run, k, metric, value, queries) as a table: one line per run and k."""
+    if averages.empty:
+        return "no evaluated queries: nothing to average"
     lines = [f"{'run':<20} {'k':>4} " + " ".join(f"{m:>15}" for m in METRICS) + " queries"]
     lines.append("-" * len(lines[0]))
     table = averages.pivot_table(index=["run", "k"], columns="metric", values="value")
