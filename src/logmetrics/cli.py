@@ -5,6 +5,7 @@
     logmetrics generate --out DIR --start D --days N --queries-per-day Q --seed S
     logmetrics report   --config FILE [--start D1 --end D2] --out DIR   PNGs + index.html
     logmetrics demo                                              generate, backfill, print, report
+    logmetrics evaluate --config FILE                            judged runs: recall, nDCG, clusters
 
 Exit status: 0 success, 1 bad input or a failed run, 2 bad config or command line.
 """
@@ -105,6 +106,12 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--end", type=_date, help="last date (default: the table's last)")
     report.add_argument("--out", required=True, help="output directory (PNGs and index.html)")
     report.set_defaults(handler=_cmd_report)
+
+    evaluate = commands.add_parser(
+        "evaluate", help="judged evaluation of retrieval runs, and a comparison of two"
+    )
+    _config_arguments(evaluate)
+    evaluate.set_defaults(handler=_cmd_evaluate)
 
     demo = commands.add_parser("demo", help="generate a month of traffic, backfill it, print it")
     demo.add_argument("--config", action="append", default=None, help=f"default {DEMO_CONFIG}")
@@ -302,6 +309,30 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         dirty=not args.clean,
         clusters_format=args.clusters_format,
     )
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from logmetrics.evaluation import format_averages, format_comparison
+    from logmetrics.evaluation_pipeline import require_evaluation, run_evaluation
+    from logmetrics.session import get_spark
+    from logmetrics.sources import check_evaluation_inputs_exist, check_path_exists
+
+    config = load_config(args.config, args.set)
+    settings = require_evaluation(config)
+    check_path_exists(config.inputs.clusters.path, "cluster table")
+    check_evaluation_inputs_exist(settings.runs, settings.judgments)
+    computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    spark = get_spark(config.spark)
+    summary = run_evaluation(spark, config, args.run_id, computed_at)
+    print("\n".join(summary.notes()))
+    print()
+    print(format_averages(summary.averages))
+    if summary.pair is not None and summary.comparison is not None:
+        a, b = summary.pair
+        print()
+        print(f"{b} vs {a} (paired randomisation test, two-sided):")
+        print(format_comparison(summary.comparison, a, b))
     return 0
 
 

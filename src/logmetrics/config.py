@@ -128,13 +128,17 @@ class MetricsConfig(_Section):
     @field_validator("ks")
     @classmethod
     def _positive_unique(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if not value:
-            raise ValueError("must list at least one k")
-        if any(k < 1 for k in value):
-            raise ValueError(f"every k must be a positive integer, got {list(value)}")
-        if len(set(value)) != len(value):
-            raise ValueError(f"must not repeat a k, got {list(value)}")
-        return tuple(sorted(value))
+        return _positive_unique_ks(value)
+
+
+def _positive_unique_ks(value: tuple[int, ...]) -> tuple[int, ...]:
+    if not value:
+        raise ValueError("must list at least one k")
+    if any(k < 1 for k in value):
+        raise ValueError(f"every k must be a positive integer, got {list(value)}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"must not repeat a k, got {list(value)}")
+    return tuple(sorted(value))
 
     @field_validator("segment_by")
     @classmethod
@@ -215,6 +219,84 @@ class QualityConfig(_Section):
     severity: QualitySeverity = QualitySeverity()
 
 
+_RUN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+class RunInput(_Section):
+    """One retrieval run to evaluate: a ranked list per query (query_id, rank, chunk_id)."""
+
+    path: str = Field(description="Path of the run (a directory, table path or file).")
+    format: Literal["parquet", "delta", "csv", "trec"] = Field(
+        default="parquet",
+        description="parquet, delta, csv (with a header) or trec (`qid Q0 docno rank score tag`).",
+    )
+
+
+class JudgmentsInput(_Section):
+    """The relevance judgments: one grade per judged (query_id, chunk_id)."""
+
+    path: str = Field(description="Path of the judgments.")
+    format: Literal["parquet", "delta", "csv", "trec"] = Field(
+        default="parquet",
+        description="parquet, delta, csv (with a header) or trec qrels (`qid 0 docno grade`).",
+    )
+
+
+class EvaluationConfig(_Section):
+    """`logmetrics evaluate`: judged evaluation of retrieval runs (docs/config.md)."""
+
+    runs: dict[str, RunInput] = Field(description="Run name -> {path, format}; at least one.")
+    judgments: JudgmentsInput
+    ks: tuple[StrictInt, ...] = Field(default=(10,), description="The k of every metric@k.")
+    relevance_level: StrictInt = Field(
+        default=1, ge=1, description="Minimum grade that counts as relevant (recall, clusters)."
+    )
+    gain: Literal["exponential", "linear"] = Field(
+        default="exponential",
+        description="nDCG gain of a grade g > 0: 2^g - 1 (exponential) or g (linear, trec_eval).",
+    )
+    compare: tuple[str, str] | None = Field(
+        default=None,
+        description="[A, B]: the two runs to compare; by default the two runs when there are two.",
+    )
+    samples: StrictInt = Field(
+        default=10000, ge=100, description="Sign flips drawn by the paired randomisation test."
+    )
+    seed: StrictInt = Field(default=0, description="Seed of the paired randomisation test.")
+
+    @field_validator("ks")
+    @classmethod
+    def _positive_unique(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        return _positive_unique_ks(value)
+
+    @field_validator("runs")
+    @classmethod
+    def _run_names(cls, value: dict[str, RunInput]) -> dict[str, RunInput]:
+        if not value:
+            raise ValueError("must name at least one run")
+        for name in value:
+            if not _RUN_NAME.match(name):
+                raise ValueError(f"run name {name!r} must be letters, digits, '_', '.' or '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _compared_runs(self) -> EvaluationConfig:
+        if self.compare is not None:
+            unknown = [name for name in self.compare if name not in self.runs]
+            if unknown:
+                raise ValueError(f"evaluation.compare names unknown run(s) {unknown}")
+            if self.compare[0] == self.compare[1]:
+                raise ValueError("evaluation.compare needs two different runs")
+        return self
+
+    def compared_runs(self) -> tuple[str, str] | None:
+        """The (A, B) pair of the comparison, or None when there is nothing to compare."""
+        if self.compare is not None:
+            return self.compare
+        names = list(self.runs)
+        return (names[0], names[1]) if len(names) == 2 else None
+
+
 class SparkConfig(_Section):
     master: str = Field(
         default="local[*]",
@@ -255,6 +337,7 @@ class Config(_Section):
     backfill: BackfillConfig = BackfillConfig()
     quality: QualityConfig = QualityConfig()
     spark: SparkConfig = SparkConfig()
+    evaluation: EvaluationConfig | None = None
 
     def fingerprint(self) -> str:
         """A short stable hash of everything that can change what a day publishes: inputs,

@@ -52,6 +52,24 @@ CLUSTERS = StructType(
 )
 """The cluster-table contract: one cluster id (nullable) per chunk."""
 
+RUN = StructType(
+    [
+        StructField("query_id", StringType()),
+        StructField("rank", LongType()),
+        StructField("chunk_id", StringType()),
+    ]
+)
+"""A retrieval run to evaluate: one row per (query, ranked chunk). Other columns are ignored."""
+
+JUDGMENTS = StructType(
+    [
+        StructField("query_id", StringType()),
+        StructField("chunk_id", StringType()),
+        StructField("grade", IntegerType()),
+    ]
+)
+"""Relevance judgments: one grade per judged (query_id, chunk_id); unjudged = not relevant."""
+
 # --- Outputs ------------------------------------------------------------------------------
 
 _RUN_FIELDS = [
@@ -307,6 +325,34 @@ JOB_RUNS = StructType(
         ),
         _field("config_fingerprint", StringType(), "Hash of the config behind the numbers.", False),
         _field("code_version", StringType(), "logmetrics version that computed the day.", False),
+    ]
+)
+
+
+EVALUATION_RESULTS = StructType(
+    [
+        _field("run", StringType(), "The evaluated run's name (a key of evaluation.runs).", False),
+        _field(
+            "query_id",
+            StringType(),
+            "The judged query, or ALL for the mean over the run's evaluated queries.",
+            False,
+        ),
+        _field("k", IntegerType(), "Cutoff: the first k entries of the run's list.", False),
+        _field(
+            "metric",
+            StringType(),
+            "recall, ndcg, unique_clusters or cluster_recall (docs/tables.md).",
+            False,
+        ),
+        _field("value", DoubleType(), "The metric@k for the query, or its mean (ALL).", False),
+        _field(
+            "queries",
+            LongType(),
+            "Queries behind the value: 1 per query, the number averaged on the ALL row.",
+            False,
+        ),
+        *_RUN_FIELDS,
     ]
 )
 

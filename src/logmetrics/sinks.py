@@ -29,6 +29,7 @@ from logmetrics.schemas import (
     BY_QUERY,
     DAILY,
     DATA_QUALITY,
+    EVALUATION_RESULTS,
     JOB_RUNS,
     K_SWEEP,
     MISSING_CLUSTER_CHUNKS,
@@ -91,6 +92,13 @@ JOB_RUNS_TABLE = Table(
     JOB_RUNS,
     "The run ledger: one row per (run, day) when a day starts and when it ends.",
     partition_by=(),
+)
+
+EVALUATION_RESULTS_TABLE = Table(
+    "evaluation_results",
+    EVALUATION_RESULTS,
+    "Judged evaluation (logmetrics evaluate): metric@k per run and query, and the mean (ALL).",
+    partition_by=("run",),
 )
 
 
@@ -176,14 +184,29 @@ def replace_dates(
     dates: Sequence[dt.date],
 ) -> None:
     """Replace exactly `dates` of `table` with `df`'s rows, in one Delta commit."""
+    replace_where(spark, df, output, table, dates_predicate(dates))
+
+
+def replace_runs(
+    spark: SparkSession, df: DataFrame, output: OutputConfig, table: Table, runs: Sequence[str]
+) -> None:
+    """Replace every row of the evaluated `runs` with `df`'s rows, in one Delta commit: rows
+    of other runs are untouched, and a run evaluated again leaves no row of its last time."""
+    replace_where(spark, df, output, table, runs_predicate(runs))
+
+
+def replace_where(
+    spark: SparkSession, df: DataFrame, output: OutputConfig, table: Table, predicate: str
+) -> None:
+    """Replace the rows of `table` matching `predicate` with `df`'s rows, in one Delta commit."""
     ref = table_ref(output, table)
     ensure_table(spark, ref)
     writer = (
         conform(df, table.schema)
-        .repartition(*table.partition_by)  # one file per date, whatever the upstream partitions
+        .repartition(*table.partition_by)  # one file per partition, whatever came upstream
         .write.format("delta")
         .mode("overwrite")
-        .option("replaceWhere", dates_predicate(dates))
+        .option("replaceWhere", predicate)
         .option("mergeSchema", "true")  # a newer logmetrics may add columns: additive only
     )
     _retry_conflicts(lambda: _save(writer, ref), f"write {ref}")
@@ -223,6 +246,16 @@ def dates_predicate(dates: Sequence[dt.date]) -> str:
         return f"metric_date >= DATE'{low}' AND metric_date <= DATE'{high}'"
     listed = ", ".join(f"DATE'{d.isoformat()}'" for d in ordered)
     return f"metric_date IN ({listed})"
+
+
+def runs_predicate(runs: Sequence[str]) -> str:
+    """A SQL predicate on `run` for exactly these run names."""
+    if not runs:
+        raise ValueError("no runs to replace")
+    listed = ", ".join(
+        "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'" for name in sorted(set(runs))
+    )
+    return f"run IN ({listed})"
 
 
 def _save(writer: DataFrameWriter, ref: TableRef) -> None:

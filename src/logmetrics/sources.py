@@ -28,7 +28,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from logmetrics.config import ClustersInput, InputsConfig, ServedLogsInput
+from logmetrics.config import (
+    ClustersInput,
+    InputsConfig,
+    JudgmentsInput,
+    RunInput,
+    ServedLogsInput,
+)
 from logmetrics.errors import InputError
 from logmetrics.schemas import SERVED_LOGS
 
@@ -193,6 +199,143 @@ def _latest_delta_version(spark: SparkSession, path: str) -> int:
     if latest is None:  # a Delta table always has at least its creating commit
         raise InputError(f"cluster table at {path}: the Delta log has no commits")
     return int(latest[0])
+
+
+# --- judged evaluation: runs and judgments ---------------------------------------------------
+
+INPUT_FILE = "input_file"
+INPUT_ROW = "input_row"
+"""Where an entry sits in its input (file path, then an id increasing with the row's position
+in that file): ties of rank are broken by it, so by line order within a TREC run file."""
+
+
+def read_run(spark: SparkSession, name: str, source: RunInput) -> DataFrame:
+    """(query_id, rank, chunk_id, input_file, input_row) of one retrieval run, conformed to
+    `schemas.RUN`. A TREC run file's lines are `qid Q0 docno rank score tag`: the rank column
+    is used and the score is ignored (trec_eval orders by score instead)."""
+    what = f"run {name!r} at {source.path}"
+    if source.format == "trec":
+        fields = _read_whitespace_columns(
+            spark,
+            source.path,
+            what,
+            ("query_id", "chunk_id", "rank"),
+            {"query_id": 0, "chunk_id": 2, "rank": 3},
+            width=6,
+            layout="qid Q0 docno rank score tag",
+        )
+    else:
+        fields = _read_table_input(spark, source.path, source.format, what)
+    return _conform_columns(
+        fields, what, strings=("query_id", "chunk_id"), integers={"rank": "long"}
+    ).select("query_id", "rank", "chunk_id", INPUT_FILE, INPUT_ROW)
+
+
+def read_judgments(spark: SparkSession, source: JudgmentsInput) -> DataFrame:
+    """(query_id, chunk_id, grade) of the relevance judgments, conformed to
+    `schemas.JUDGMENTS`. TREC qrels lines are `qid 0 docno grade`."""
+    what = f"judgments at {source.path}"
+    if source.format == "trec":
+        fields = _read_whitespace_columns(
+            spark,
+            source.path,
+            what,
+            ("query_id", "chunk_id", "grade"),
+            {"query_id": 0, "chunk_id": 2, "grade": 3},
+            width=4,
+            layout="qid 0 docno grade",
+        )
+    else:
+        fields = _read_table_input(spark, source.path, source.format, what)
+    return _conform_columns(
+        fields, what, strings=("query_id", "chunk_id"), integers={"grade": "int"}
+    ).select("query_id", "chunk_id", "grade")
+
+
+def _read_table_input(spark: SparkSession, path: str, fmt: str, what: str) -> DataFrame:
+    _require_local_path(path, what)
+    try:
+        if fmt == "csv":  # every column as text; the contract's columns are converted below
+            df = spark.read.option("header", "true").csv(path)
+        else:
+            df = spark.read.format(fmt).load(path)
+        df.schema  # noqa: B018 - resolve the files now, so a bad input fails here, in one line
+    except AnalysisException as exc:
+        raise InputError(f"cannot read {what}: {_first_line(exc)}") from None
+    return df.withColumns(
+        {INPUT_FILE: F.input_file_name(), INPUT_ROW: F.monotonically_increasing_id()}
+    )
+
+
+def _read_whitespace_columns(
+    spark: SparkSession,
+    path: str,
+    what: str,
+    names: tuple[str, ...],
+    positions: dict[str, int],
+    width: int,
+    layout: str,
+) -> DataFrame:
+    """A TREC file's whitespace-separated fields, as text columns; blank lines are skipped and
+    a line with the wrong number of fields is an InputError naming the first such line."""
+    _require_local_path(path, what)
+    try:
+        lines = spark.read.text(path)
+    except AnalysisException as exc:
+        raise InputError(f"cannot read {what}: {_first_line(exc)}") from None
+    parts = F.split(F.trim(F.col("value")), r"\s+")
+    lines = lines.select(
+        "value",
+        parts.alias("parts"),
+        F.input_file_name().alias(INPUT_FILE),
+        F.monotonically_increasing_id().alias(INPUT_ROW),
+    ).where(F.trim(F.col("value")) != "")
+    bad = lines.where(F.size("parts") != width).select("value").first()
+    if bad is not None:
+        raise InputError(f"{what}: expected lines of {width} fields ({layout}), got {bad[0]!r}")
+    return lines.select(
+        *[F.col("parts")[positions[n]].alias(n) for n in names], INPUT_FILE, INPUT_ROW
+    )
+
+
+def _conform_columns(
+    df: DataFrame, what: str, strings: tuple[str, ...], integers: dict[str, str]
+) -> DataFrame:
+    """Check the contract's columns are there; ids become text, numbers integers. Text that is
+    not an integer (csv, TREC files) is an InputError naming the first such value."""
+    fields = {field.name: field.dataType for field in df.schema.fields}
+    for name in (*strings, *integers):
+        if name not in fields:
+            found = ", ".join(sorted(set(fields) - {INPUT_FILE, INPUT_ROW})) or "none"
+            raise InputError(f"{what}: required column {name!r} is missing (found: {found})")
+    columns = {name: _as_string(fields[name], name, what) for name in strings}
+    for name, target in integers.items():
+        data_type = fields[name]
+        if isinstance(data_type, IntegralType):
+            columns[name] = F.col(name).cast(target)
+        elif isinstance(data_type, StringType):
+            parsed = F.col(name).try_cast(target)
+            bad = df.where(F.col(name).isNotNull() & parsed.isNull()).select(name).first()
+            if bad is not None:
+                raise InputError(f"{what}: column {name!r} must hold integers, got {bad[0]!r}")
+            columns[name] = parsed
+        else:
+            raise InputError(
+                f"{what}: column {name!r} must be an integer, found {data_type.simpleString()}"
+            )
+    return df.withColumns(columns)
+
+
+def check_path_exists(path: str, what: str) -> None:
+    """Fail fast, before Spark starts, when a local input path does not exist."""
+    _require_local_path(path, f"{what} at {path}")
+
+
+def check_evaluation_inputs_exist(runs: dict[str, RunInput], judgments: JudgmentsInput) -> None:
+    """Fail fast, before Spark starts, when a local run or judgments path does not exist."""
+    for name, run in runs.items():
+        _require_local_path(run.path, f"run {name!r} at {run.path}")
+    _require_local_path(judgments.path, f"judgments at {judgments.path}")
 
 
 # --- type conversions ---------------------------------------------------------------------

@@ -1,0 +1,234 @@
+"""Wires `logmetrics evaluate`: read the runs, the judgments and the cluster table, compute every
+metric with `evaluation`, replace the evaluated runs' rows of `evaluation_results`, and compare
+two runs. No Spark logic of its own beyond a few small counts for the log.
+
+`evaluation_summary` and `evaluation_comparison` read the published table back as small pandas
+frames (for the printed table and for a report).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+from functools import reduce
+
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from logmetrics.config import Config, EvaluationConfig, OutputConfig
+from logmetrics.errors import ConfigError, InputError
+from logmetrics.evaluation import (
+    ALL_QUERIES,
+    METRICS,
+    compare_runs,
+    evaluation_results,
+    per_query_metrics,
+)
+from logmetrics.metrics import cluster_keys
+from logmetrics.sinks import (
+    EVALUATION_RESULTS_TABLE,
+    RunStamp,
+    read_table,
+    replace_runs,
+    with_run_stamp,
+)
+from logmetrics.sources import read_clusters, read_judgments, read_run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EvaluationSummary:
+    """What one evaluation did: the queries it counted and left out, and its results."""
+
+    runs: list[str]
+    evaluated_queries: int
+    judged_without_relevant: int
+    left_out: dict[str, int] = field(default_factory=dict)
+    unanswered: dict[str, int] = field(default_factory=dict)
+    set_aside_entries: dict[str, int] = field(default_factory=dict)
+    averages: pd.DataFrame = field(default_factory=pd.DataFrame)
+    pair: tuple[str, str] | None = None
+    comparison: pd.DataFrame | None = None
+
+    def notes(self) -> list[str]:
+        """One line per query or entry that did not enter the averages as it came."""
+        lines = [f"{self.evaluated_queries} queries with a relevant judgment evaluated"]
+        if self.judged_without_relevant:
+            lines.append(
+                f"{self.judged_without_relevant} judged queries have no relevant judgment: "
+                "left out of the averages"
+            )
+        for run in self.runs:
+            if self.left_out.get(run):
+                lines.append(
+                    f"run {run}: {self.left_out[run]} queries without a relevant judgment "
+                    "left out of the averages"
+                )
+            if self.unanswered.get(run):
+                lines.append(
+                    f"run {run}: no list for {self.unanswered[run]} evaluated queries "
+                    "(they score 0)"
+                )
+            if self.set_aside_entries.get(run):
+                lines.append(
+                    f"run {run}: {self.set_aside_entries[run]} entries without a query_id, "
+                    "chunk_id or rank set aside"
+                )
+        return lines
+
+
+def require_evaluation(config: Config) -> EvaluationConfig:
+    if config.evaluation is None:
+        raise ConfigError(
+            "evaluation: required section is missing (evaluate needs evaluation.runs and "
+            "evaluation.judgments)"
+        )
+    return config.evaluation
+
+
+def run_evaluation(
+    spark: SparkSession, config: Config, run_id: str, computed_at: dt.datetime
+) -> EvaluationSummary:
+    """Evaluate every configured run, replace their rows of `evaluation_results`, compare."""
+    settings = require_evaluation(config)
+    names = list(settings.runs)
+    clusters = read_clusters(spark, config.inputs.clusters)
+    keys_df = cluster_keys(clusters.df)
+    runs_df = reduce(
+        DataFrame.unionByName,
+        [
+            read_run(spark, name, source).withColumn("run", F.lit(name))
+            for name, source in settings.runs.items()
+        ],
+    )
+    judgments_df = _valid_judgments(read_judgments(spark, settings.judgments), settings)
+    summary = _coverage(runs_df, judgments_df, names, settings.relevance_level)
+    for line in summary.notes():
+        log.info("%s", line)
+
+    per_query_df = per_query_metrics(
+        runs_df,
+        judgments_df,
+        keys_df,
+        names,
+        settings.ks,
+        settings.relevance_level,
+        settings.gain,
+    )
+    stamp = RunStamp(run_id, computed_at, clusters.version)
+    results_df = evaluation_results(per_query_df).transform(with_run_stamp, stamp)
+    replace_runs(spark, results_df, config.output, EVALUATION_RESULTS_TABLE, names)
+    log.info("evaluation_results: replaced the rows of run(s) %s", ", ".join(names))
+
+    summary.averages = evaluation_summary(spark, config.output, names)
+    summary.pair = settings.compared_runs()
+    if summary.pair is not None:
+        summary.comparison = evaluation_comparison(
+            spark, config.output, *summary.pair, samples=settings.samples, seed=settings.seed
+        )
+    return summary
+
+
+def _valid_judgments(judgments_df: DataFrame, settings: EvaluationConfig) -> DataFrame:
+    """Judgments with a query_id, chunk_id and grade; a pair judged twice is an input error."""
+    what = f"judgments at {settings.judgments.path}"
+    valid = judgments_df.where(
+        F.col("query_id").isNotNull() & F.col("chunk_id").isNotNull() & F.col("grade").isNotNull()
+    )
+    twice = (
+        valid.groupBy("query_id", "chunk_id").count().where(F.col("count") > 1).limit(1).collect()
+    )
+    if twice:
+        row = twice[0]
+        raise InputError(
+            f"{what}: query {row['query_id']!r}, chunk {row['chunk_id']!r} is judged "
+            f"{row['count']} times (one grade per pair)"
+        )
+    return valid
+
+
+def _coverage(
+    runs_df: DataFrame, judgments_df: DataFrame, names: list[str], level: int
+) -> EvaluationSummary:
+    """Small counts for the log: which queries are evaluated, left out, or unanswered."""
+    relevant = (
+        judgments_df.groupBy("query_id")
+        .agg(F.max(F.when(F.col("grade") >= level, 1).otherwise(0)).alias("has_relevant"))
+        .cache()
+    )
+    totals = relevant.agg(
+        F.sum("has_relevant").alias("evaluated"), F.count(F.lit(1)).alias("judged")
+    ).first()
+    evaluated = int(totals["evaluated"] or 0) if totals else 0
+    judged = int(totals["judged"] or 0) if totals else 0
+    run_queries = runs_df.where(F.col("query_id").isNotNull()).select("run", "query_id").distinct()
+    per_run = (
+        run_queries.join(relevant, on="query_id", how="left")
+        .groupBy("run")
+        .agg(
+            F.count(F.when(F.coalesce(F.col("has_relevant"), F.lit(0)) == 0, True)).alias(
+                "left_out"
+            ),
+            F.count(F.when(F.col("has_relevant") == 1, True)).alias("answered"),
+        )
+        .collect()
+    )
+    set_aside = (
+        runs_df.where(
+            F.col("query_id").isNull() | F.col("chunk_id").isNull() | F.col("rank").isNull()
+        )
+        .groupBy("run")
+        .count()
+        .collect()
+    )
+    relevant.unpersist()
+    answered = {row["run"]: int(row["answered"]) for row in per_run}
+    return EvaluationSummary(
+        runs=names,
+        evaluated_queries=evaluated,
+        judged_without_relevant=judged - evaluated,
+        left_out={row["run"]: int(row["left_out"]) for row in per_run},
+        unanswered={name: evaluated - answered.get(name, 0) for name in names},
+        set_aside_entries={row["run"]: int(row["count"]) for row in set_aside},
+    )
+
+
+def evaluation_summary(
+    spark: SparkSession, output: OutputConfig, runs: list[str] | None = None
+) -> pd.DataFrame:
+    """The averaged rows of `evaluation_results` (run, k, metric, value, queries, computed_at),
+    for `runs` or every run; empty before the first evaluation. Small: for printing, reports."""
+    columns = ["run", "k", "metric", "value", "queries", "computed_at"]
+    df = read_table(spark, output, EVALUATION_RESULTS_TABLE)
+    if df is None:
+        return pd.DataFrame(columns=columns)
+    df = df.where(F.col("query_id") == ALL_QUERIES)
+    if runs is not None:
+        df = df.where(F.col("run").isin(runs))
+    averages = pd.DataFrame(df.select(*columns).toPandas())
+    order = {metric: i for i, metric in enumerate(METRICS)}
+    averages["_order"] = averages["metric"].map(order)
+    return (
+        averages.sort_values(["run", "k", "_order"]).drop(columns="_order").reset_index(drop=True)
+    )
+
+
+def evaluation_comparison(
+    spark: SparkSession, output: OutputConfig, a: str, b: str, samples: int = 10000, seed: int = 0
+) -> pd.DataFrame | None:
+    """`evaluation.compare_runs` over the published per-query rows of runs `a` and `b`, or None
+    when either run has no rows."""
+    df = read_table(spark, output, EVALUATION_RESULTS_TABLE)
+    if df is None:
+        return None
+    per_query = pd.DataFrame(
+        df.where(F.col("run").isin([a, b]) & (F.col("query_id") != ALL_QUERIES))
+        .select("run", "query_id", "k", "metric", "value")
+        .toPandas()
+    )
+    if set(per_query["run"]) != {a, b}:
+        return None
+    return compare_runs(per_query, a, b, samples=samples, seed=seed)
