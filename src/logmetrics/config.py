@@ -130,16 +130,6 @@ class MetricsConfig(_Section):
     def _positive_unique(cls, value: tuple[int, ...]) -> tuple[int, ...]:
         return _positive_unique_ks(value)
 
-
-def _positive_unique_ks(value: tuple[int, ...]) -> tuple[int, ...]:
-    if not value:
-        raise ValueError("must list at least one k")
-    if any(k < 1 for k in value):
-        raise ValueError(f"every k must be a positive integer, got {list(value)}")
-    if len(set(value)) != len(value):
-        raise ValueError(f"must not repeat a k, got {list(value)}")
-    return tuple(sorted(value))
-
     @field_validator("segment_by")
     @classmethod
     def _segment_columns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -151,6 +141,16 @@ def _positive_unique_ks(value: tuple[int, ...]) -> tuple[int, ...]:
         if len(set(value)) != len(value):
             raise ValueError(f"must not repeat a column, got {list(value)}")
         return value
+
+
+def _positive_unique_ks(value: tuple[int, ...]) -> tuple[int, ...]:
+    if not value:
+        raise ValueError("must list at least one k")
+    if any(k < 1 for k in value):
+        raise ValueError(f"every k must be a positive integer, got {list(value)}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"must not repeat a k, got {list(value)}")
+    return tuple(sorted(value))
 
 
 class CostConfig(_Section):

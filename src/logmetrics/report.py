@@ -28,13 +28,14 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 from logmetrics.config import Config, OutputConfig
 from logmetrics.errors import ConfigError, LogmetricsError
+from logmetrics.evaluation import ALL_QUERIES
 from logmetrics.schemas import ALL_TRAFFIC
 from logmetrics.sinks import (
     DAILY_TABLE,
+    EVALUATION_RESULTS_TABLE,
     K_SWEEP_TABLE,
     REDUNDANCY_COST_TABLE,
     Table,
@@ -43,13 +44,6 @@ from logmetrics.sinks import (
 )
 
 log = logging.getLogger(__name__)
-
-# Written by `logmetrics evaluate` (another command); only read here, and only when present.
-EVALUATION_RESULTS_TABLE = Table(
-    "evaluation_results", StructType([]), "Judged evaluation results.", partition_by=("run",)
-)
-EVALUATION_ALL = "ALL"
-"""`query_id` of the rows that average a run's queries."""
 
 FIGURE_SIZE = (9.0, 4.8)  # inches
 FIGURE_DPI = 100  # so every PNG is 900 x 480 pixels
@@ -181,7 +175,7 @@ def _evaluation(spark: SparkSession, output: OutputConfig) -> pd.DataFrame | Non
     if df is None:
         return None
     columns = [*_EVALUATION_COLUMNS, *(["queries"] if "queries" in df.columns else [])]
-    return df.where(F.col("query_id") == EVALUATION_ALL).select(*columns).toPandas()
+    return df.where(F.col("query_id") == ALL_QUERIES).select(*columns).toPandas()
 
 
 # --- aggregation (pandas, small frames) -----------------------------------------------------
