@@ -1,0 +1,25 @@
+-- The latest 90 published days of unique_clusters_daily, all traffic and segments, with the
+-- columns a dashboard plots. "Latest" counts back from the newest published date, not from
+-- today, so a dashboard does not go blank while a backfill catches up.
+--
+-- ${schema} is the catalog schema of the tables (output.schema, with output.catalog), e.g.
+--   spark-sql --hivevar schema=main.retrieval_metrics -f deploy/sql/unique_clusters_latest_90_days.sql
+CREATE OR REPLACE VIEW ${schema}.unique_clusters_latest_90_days
+COMMENT 'unique_clusters_daily over the latest 90 published days (filter on segment).'
+AS
+SELECT
+  d.metric_date,
+  d.k,
+  d.segment,
+  d.segment_value,
+  d.queries,
+  d.median,
+  d.p10,
+  d.p90,
+  d.mean,
+  d.threshold,
+  d.share_at_or_below_threshold,
+  d.missing_cluster_rate,
+  d.dq_passed
+FROM ${schema}.unique_clusters_daily AS d
+WHERE d.metric_date > (SELECT date_sub(max(metric_date), 90) FROM ${schema}.unique_clusters_daily);
