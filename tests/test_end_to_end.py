@@ -19,6 +19,13 @@ import reference
 from logmetrics.cli import main
 from logmetrics.demo import generate_dataset
 from logmetrics.schemas import BY_QUERY, DAILY, K_SWEEP, REDUNDANCY_COST, column_names
+from logmetrics.sinks import (
+    BY_QUERY_TABLE,
+    DAILY_TABLE,
+    K_SWEEP_TABLE,
+    REDUNDANCY_COST_TABLE,
+    Table,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -171,6 +178,20 @@ def test_redundancy_cost_equals_the_reference(
     expected = reference.redundancy_cost(source_rows, cluster_rows, KS, 510, 3.0, START, END)
     assert got == expected
     assert all(r["redundant_slots"] > 0 for r in got if r["k"] == 10)
+
+
+@pytest.mark.parametrize(
+    "table",
+    [BY_QUERY_TABLE, DAILY_TABLE, K_SWEEP_TABLE, REDUNDANCY_COST_TABLE],
+    ids=lambda t: t.name,
+)
+def test_tables_carry_their_column_comments(
+    spark: SparkSession, warehouse: Path, table: Table
+) -> None:
+    """BI tools show the Delta column comments: each is the schema's (docs/tables.md)."""
+    described = spark.sql(f"DESCRIBE TABLE delta.`{warehouse / table.name}`").collect()
+    comments = {r.col_name: r.comment for r in described if not r.col_name.startswith("#")}
+    assert {f.name: f.metadata["comment"] for f in table.schema.fields}.items() <= comments.items()
 
 
 def _expected_accounting(rows: list[dict[str, Any]]) -> dict[dt.date, dict[str, int]]:
