@@ -118,6 +118,16 @@ def test_lossless_variants_are_converted(spark: SparkSession, tmp_path: Path) ->
             ),
             "column 'results.rank' must be an integer, found string",
         ),
+        (
+            pa.table(
+                {
+                    "request_id": ["r"],
+                    "served_at": [dt.datetime(2026, 2, 1)],
+                    "results": [[{"rank": 1, "chunk_id": "a", "tokens": "many"}]],
+                }
+            ),
+            "column 'results.tokens' must be a number, found string",
+        ),
     ],
 )
 def test_off_contract_columns_are_named(
@@ -127,6 +137,24 @@ def test_off_contract_columns_are_named(
     with pytest.raises(InputError, match="served logs at") as raised:
         read_served_logs(spark, ServedLogsInput(path=str(tmp_path)), DAY, DAY)
     assert message in str(raised.value)
+
+
+def test_a_missing_segment_column_is_named(spark: SparkSession, tmp_path: Path) -> None:
+    served = dt.datetime(2026, 2, 1, 12, tzinfo=dt.UTC)
+    table = pa.table(
+        {
+            "request_id": ["r"],
+            "served_at": [served],
+            "results": [[{"rank": 1, "chunk_id": "a"}]],
+            "surface": ["web"],
+        }
+    )
+    pq.write_table(table, tmp_path / "part.parquet")
+    source = ServedLogsInput(path=str(tmp_path))
+    read_served_logs(spark, source, DAY, DAY, segment_by=("surface",))
+    with pytest.raises(InputError) as raised:
+        read_served_logs(spark, source, DAY, DAY, segment_by=("surface", "index_version"))
+    assert "segment column 'index_version' (metrics.segment_by) is missing" in str(raised.value)
 
 
 def test_missing_paths_and_non_delta_cluster_table(spark: SparkSession, tmp_path: Path) -> None:

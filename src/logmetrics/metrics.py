@@ -121,7 +121,7 @@ def explode_entries(logs_df: DataFrame) -> DataFrame:
         "pos",
         F.col("entry.rank").cast("long").alias("rank"),
         F.col("entry.chunk_id").alias("chunk_id"),
-        *([F.col("entry.tokens").cast("long").alias("tokens")] if has_tokens else []),
+        *([F.round("entry.tokens").cast("long").alias("tokens")] if has_tokens else []),
     )
 
 

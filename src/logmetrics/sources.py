@@ -22,6 +22,7 @@ from pyspark.sql.types import (
     DataType,
     DateType,
     IntegralType,
+    NumericType,
     StringType,
     StructType,
     TimestampNTZType,
@@ -372,10 +373,12 @@ def _as_results(data_type: DataType, what: str) -> Column:
     for name in ("rank", "chunk_id"):
         if name not in entry:
             raise InputError(f"{what}: column 'results' has no field {name!r} in its entries")
-    for name in ("rank", "tokens"):
-        if name in entry and not isinstance(entry[name], IntegralType):
-            found = entry[name].simpleString()
-            raise InputError(f"{what}: column 'results.{name}' must be an integer, found {found}")
+    if not isinstance(entry["rank"], IntegralType):
+        found = entry["rank"].simpleString()
+        raise InputError(f"{what}: column 'results.rank' must be an integer, found {found}")
+    if "tokens" in entry and not isinstance(entry["tokens"], NumericType):
+        found = entry["tokens"].simpleString()
+        raise InputError(f"{what}: column 'results.tokens' must be a number, found {found}")
     if isinstance(entry["chunk_id"], StringType):
         return F.col("results")
     if not isinstance(entry["chunk_id"], IntegralType):
