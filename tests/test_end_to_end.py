@@ -175,7 +175,8 @@ def test_redundancy_cost_equals_the_reference(
         table, ["metric_date", "k"], RUN_COLUMNS | {"cluster_table_version"} | SEGMENT | prices
     )
     # The defaults: 510 tokens a slot (no `tokens` in these logs), 3 USD per million.
-    expected = reference.redundancy_cost(source_rows, cluster_rows, KS, 510, 3.0, START, END)
+    every_k = range(1, max(KS) + 1)
+    expected = reference.redundancy_cost(source_rows, cluster_rows, every_k, 510, 3.0, START, END)
     assert got == expected
     assert all(r["redundant_slots"] > 0 for r in got if r["k"] == 10)
 

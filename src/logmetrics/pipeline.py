@@ -348,10 +348,11 @@ class _Chunk:
         self._write(daily_df, DAILY_TABLE, publish)
         sums_df = slot_sums(segmented_df, max_k, cost.tokens_per_slot).persist()
         try:
-            sweep_df = k_sweep(sums_df, self._calendar(publish, range(1, max_k + 1)))
+            every_k = self._calendar(publish, range(1, max_k + 1))
+            sweep_df = k_sweep(sums_df, every_k)
             cost_df = redundancy_cost(
                 sums_df,
-                self._calendar(publish, metrics.ks),
+                every_k,
                 cost.tokens_per_slot,
                 cost.usd_per_million_input_tokens,
             )

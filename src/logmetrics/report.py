@@ -210,7 +210,7 @@ def build_report_data(
         missing=_missing(everything),
         max_missing_cluster_rate=max_missing_cluster_rate,
         k_sweep=_k_sweep(k_sweep),
-        cost=_cost(cost),
+        cost=_cost(cost, ks=set(everything["k"])),
         segments=_segments(daily),
         evaluation=_evaluation_frame(evaluation),
     )
@@ -277,10 +277,12 @@ def _k_sweep(rows: pd.DataFrame | None) -> pd.DataFrame | None:
     return sums
 
 
-def _cost(rows: pd.DataFrame | None) -> pd.DataFrame | None:
+def _cost(rows: pd.DataFrame | None, ks: set[int]) -> pd.DataFrame | None:
+    """All traffic at the ks of the daily table (the table has every k up to the largest)."""
     if rows is None:
         return None
     everything = _all_traffic(rows)
+    everything = everything[everything["k"].isin(ks)]
     if everything.empty:
         return None
     columns = ["metric_date", "k", "queries", "slots", "redundant_slots"]

@@ -228,7 +228,7 @@ K_SWEEP = StructType(
 REDUNDANCY_COST = StructType(
     [
         _field("metric_date", DateType(), "UTC date of served_at.", False),
-        _field("k", IntegerType(), "Window size (metrics.ks).", False),
+        _field("k", IntegerType(), "Window size: every k from 1 to the largest metrics.ks.", False),
         *_SEGMENT_FIELDS,
         _field("queries", LongType(), "Served requests that day.", False),
         _field("slots", LongType(), "Filled slots in the top-k windows (valid entries).", False),
