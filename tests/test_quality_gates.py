@@ -19,7 +19,15 @@ DAYS = [dt.date(2026, 5, 1) + dt.timedelta(days=i) for i in range(4)]
 BAD_DAY = DAYS[1]  # 60 of its 500 entries are unknown to the cluster table: exactly 0.12
 QUIET_DAY = DAYS[3]  # a tenth of the usual traffic: the volume check warns
 KS = (5, 10)
-DROP = {"run_id", "computed_at", "cluster_table_version", "dq_passed", "rows_read"}
+DROP = {
+    "segment",
+    "segment_value",
+    "run_id",
+    "computed_at",
+    "cluster_table_version",
+    "dq_passed",
+    "rows_read",
+}
 DROP |= {"duplicate_rows", "quarantined_rows", "quarantined_entries"}
 
 
