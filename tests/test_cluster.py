@@ -52,6 +52,8 @@ QUALITY = ["dq_passed", "rows_read", "duplicate_rows", "quarantined_rows", "quar
 
 def _run(command: list[str], what: str, **env: str) -> None:
     environ = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"} | env
+    # As with .venv activated: bin/spark-submit finds its SPARK_HOME through `python3`.
+    environ["PATH"] = f"{BIN}{os.pathsep}{environ.get('PATH', '')}"
     done = subprocess.run(command, cwd=REPO, env=environ, capture_output=True, text=True)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
