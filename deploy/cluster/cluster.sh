@@ -117,6 +117,8 @@ up() {
     ! port_busy "$port" || die "port $port on $HOST is in use (override with the env vars in $0)"
   done
   mkdir -p "$DIR"/{logs,pids,work,conf}
+  # A start that fails half-way stops what it had started.
+  trap 'echo "cluster: stopping what had started" >&2; down' EXIT
   write_properties
 
   start master "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master \
@@ -141,6 +143,7 @@ up() {
   wait_for connect "Connect endpoint on $CONNECT_PORT" "port_busy $CONNECT_PORT"
   echo "connect  sc://$HOST:$CONNECT_PORT  (Delta via SQL and the DataFrame API)"
   echo "logs     $DIR/logs/; spark-submit --properties-file $DIR/submit.conf ..."
+  trap - EXIT
 }
 
 down() {
