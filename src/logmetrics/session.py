@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from importlib.resources import files
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -68,11 +68,11 @@ SPARK_PROVIDED_ARTIFACTS = (
 RUNTIME_CONF = {"spark.sql.session.timeZone": "UTC"}
 
 
-def delta_conf(packages: Sequence[str] = (DELTA_PACKAGE,)) -> dict[str, str]:
+def delta_conf() -> dict[str, str]:
     """Delta's jars (resolved by Ivy from Maven Central) and its SQL extension and catalog: the
     same for local Spark, a spark-submit to a cluster and a Spark Connect server."""
     return {
-        "spark.jars.packages": ",".join(packages),
+        "spark.jars.packages": DELTA_PACKAGE,
         "spark.jars.excludes": ",".join(SPARK_PROVIDED_ARTIFACTS),
         "spark.jars.ivySettings": str(files("logmetrics").joinpath("ivysettings.xml")),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
