@@ -4,7 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-fast lint format lock clean test-deploy bench
+.PHONY: install demo test test-fast lint format lock clean test-deploy bench \
+	cluster-up cluster-down cluster-status test-cluster
 
 install: $(STAMP)
 
@@ -39,6 +40,25 @@ $(BENCH_STAMP): $(STAMP)
 bench: install $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
+# A Spark standalone master, two workers and a Spark Connect server with Delta, on loopback
+# (docs/cluster.md): the same job through spark-submit and through SPARK_REMOTE. Ports from
+# SPARK_MASTER_PORT, SPARK_MASTER_WEBUI_PORT, SPARK_WORKER_WEBUI_PORT, SPARK_CONNECT_PORT;
+# logs and pids under .cluster/. `cluster-down` leaves no process behind.
+cluster-up: install
+	bash deploy/cluster/cluster.sh up
+
+cluster-down:
+	bash deploy/cluster/cluster.sh down
+
+cluster-status:
+	bash deploy/cluster/cluster.sh status
+
+# Not part of `make test` (it skips these tests, saying so): brings the cluster up, backfills the
+# same generated logs locally, with spark-submit and through Spark Connect, compares the tables,
+# and brings the cluster down whatever happened. A few minutes on 2 cores.
+test-cluster: install
+	$(BIN)/python -m pytest tests/test_cluster.py --run-cluster -p no:cacheprovider
+
 lint: install
 	$(BIN)/ruff check src tests jobs benchmarks
 	$(BIN)/ruff format --check src tests jobs benchmarks
@@ -57,7 +77,7 @@ lock:
 	mv constraints.txt.new constraints.txt && rm -rf .lock-venv
 
 clean:
-	rm -rf $(VENV) .ivy2 warehouse data logs reports spark-warehouse .pytest_cache .hypothesis \
+	rm -rf $(VENV) .ivy2 .cluster warehouse data logs reports spark-warehouse .pytest_cache .hypothesis \
 		bench-data bench-out
 
 # DAG integrity tests for deploy/airflow/dags (+ the bundle checks), in their own venv: Airflow

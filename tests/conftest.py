@@ -26,6 +26,24 @@ TEST_CONF = {
 }
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--run-cluster",
+        action="store_true",
+        help="run the tests marked `cluster` (they start a local Spark cluster: make test-cluster)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `cluster` are skipped, saying how to run them, unless --run-cluster."""
+    if config.getoption("--run-cluster"):
+        return
+    skip = pytest.mark.skip(reason="starts a Spark standalone cluster: run `make test-cluster`")
+    for item in items:
+        if "cluster" in item.keywords:
+            item.add_marker(skip)
+
+
 # Spark hands timestamps back as naive datetimes in the process's time zone: make that UTC.
 os.environ["TZ"] = "UTC"
 time.tzset()

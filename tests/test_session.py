@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
 import pyspark
+import pytest
 
 from logmetrics.config import SparkConfig
+from logmetrics.errors import LogmetricsError
 from logmetrics.session import (
     DELTA_PACKAGE,
     DELTA_VERSION,
     SPARK_MAJOR_MINOR,
     SPARK_PROVIDED_ARTIFACTS,
+    check_remote_reachable,
     local_conf,
 )
 
@@ -55,3 +62,44 @@ def test_local_session_gets_delta_and_utc_and_user_settings_win() -> None:
 def test_session_time_zone_stays_utc_whatever_the_config_says() -> None:
     conf = local_conf(SparkConfig(conf={"spark.sql.session.timeZone": "Europe/Paris"}))
     assert conf["spark.sql.session.timeZone"] == "UTC"
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_spark_remote_with_nothing_listening_is_one_clear_error() -> None:
+    remote = f"sc://127.0.0.1:{_closed_port()}"
+    with pytest.raises(LogmetricsError, match="no Spark Connect server at SPARK_REMOTE="):
+        check_remote_reachable(remote)
+    with pytest.raises(LogmetricsError, match="not sc://host:port"):
+        check_remote_reachable("sc://127.0.0.1:notaport")
+    check_remote_reachable("local")  # pyspark starts that server itself: nothing to check
+
+
+def test_the_cli_says_so_in_one_line_and_exits_1(tmp_path: Path) -> None:
+    for name in ("logs", "clusters"):
+        (tmp_path / name).mkdir()
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"inputs:\n  served_logs: {{path: '{tmp_path / 'logs'}'}}\n"
+        f"  clusters: {{path: '{tmp_path / 'clusters'}'}}\n"
+        f"output: {{warehouse: '{tmp_path / 'wh'}'}}\n"
+    )
+    remote = f"sc://127.0.0.1:{_closed_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "logmetrics.cli", "backfill", "--config", str(config)]
+        + ["--start", "2026-01-01", "--end", "2026-01-01"],
+        env={**os.environ, "SPARK_REMOTE": remote},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert errors == [
+        f"logmetrics: error: no Spark Connect server at SPARK_REMOTE={remote} "
+        "(Connection refused): start one (`make cluster-up`) or unset SPARK_REMOTE"
+    ]

@@ -2,8 +2,12 @@
 
 - An active session (Databricks, a notebook, the test suite) is used as it is.
 - Under `spark-submit` or Spark Connect (`SPARK_REMOTE`) the session the platform configures is
-  used; logmetrics adds no packages there (the cluster ships Delta the standard way).
+  used; logmetrics adds no packages there (the cluster ships Delta the standard way). A
+  `SPARK_REMOTE` where nothing listens is one clear error, not minutes of gRPC retries.
 - Otherwise logmetrics starts local Spark with Delta's jars, resolved by Ivy from Maven Central.
+
+`python -m logmetrics.session` prints Delta's settings in spark-defaults format: what
+`make cluster-up` writes for spark-submit and the Connect server, so the Delta pin stays here.
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import sys
 from collections.abc import Iterator, Mapping
 from importlib.resources import files
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
@@ -29,6 +35,8 @@ log = logging.getLogger(__name__)
 DELTA_VERSION = "4.3.1"
 SPARK_MAJOR_MINOR = "4.1"
 DELTA_PACKAGE = f"io.delta:delta-spark_{SPARK_MAJOR_MINOR}_2.13:{DELTA_VERSION}"
+
+CONNECT_DEFAULT_PORT = 15002
 
 # Delta's pom pulls in jars that Spark already ships (older versions of them). Excluding them
 # keeps one copy of each class on the classpath and the first download small.
@@ -60,16 +68,24 @@ SPARK_PROVIDED_ARTIFACTS = (
 RUNTIME_CONF = {"spark.sql.session.timeZone": "UTC"}
 
 
-def local_conf(settings: SparkConfig) -> dict[str, str]:
-    """Spark settings for a local session with Delta; `settings.conf` wins over the defaults."""
-    conf = {
-        "spark.master": settings.master,
-        "spark.driver.memory": settings.driver_memory,
+def delta_conf() -> dict[str, str]:
+    """Delta's jars (resolved by Ivy from Maven Central) and its SQL extension and catalog: the
+    same for local Spark, a spark-submit to a cluster and a Spark Connect server."""
+    return {
         "spark.jars.packages": DELTA_PACKAGE,
         "spark.jars.excludes": ",".join(SPARK_PROVIDED_ARTIFACTS),
         "spark.jars.ivySettings": str(files("logmetrics").joinpath("ivysettings.xml")),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    }
+
+
+def local_conf(settings: SparkConfig) -> dict[str, str]:
+    """Spark settings for a local session with Delta; `settings.conf` wins over the defaults."""
+    conf = {
+        "spark.master": settings.master,
+        "spark.driver.memory": settings.driver_memory,
+        **delta_conf(),
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "8",
@@ -96,6 +112,10 @@ def get_spark(settings: SparkConfig, app_name: str = "logmetrics") -> SparkSessi
     active = SparkSession.getActiveSession()
     if active is not None:
         return configure_runtime(active)
+    remote = os.environ.get("SPARK_REMOTE")
+    if remote:
+        check_remote_reachable(remote)
+        log.info("using the Spark Connect server at %s", remote)
     if is_managed_environment():
         log.info("using the platform's Spark session (no packages added)")
         return configure_runtime(SparkSession.builder.appName(app_name).getOrCreate())
@@ -111,6 +131,27 @@ def get_spark(settings: SparkConfig, app_name: str = "logmetrics") -> SparkSessi
             where = f"; its log: {log_file}" if log_file else ""
             reason = exc.getCondition()
             raise LogmetricsError(f"local Spark did not start ({reason}){where}") from None
+
+
+def check_remote_reachable(remote: str, timeout: float = 5.0) -> None:
+    """Fail in one line when nothing listens at an `sc://host:port` SPARK_REMOTE: the Connect
+    client would otherwise retry for minutes before it gives up."""
+    if not remote.startswith("sc://"):
+        return  # e.g. SPARK_REMOTE=local: pyspark starts its own server
+    parts = urlsplit(remote.split(";", 1)[0])
+    try:
+        host, port = parts.hostname, parts.port or CONNECT_DEFAULT_PORT
+    except ValueError:
+        raise LogmetricsError(f"SPARK_REMOTE={remote!r} is not sc://host:port") from None
+    if not host:
+        raise LogmetricsError(f"SPARK_REMOTE={remote!r} is not sc://host:port")
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise LogmetricsError(
+            f"no Spark Connect server at SPARK_REMOTE={remote} ({exc.strerror or exc}): start one "
+            "(`make cluster-up`) or unset SPARK_REMOTE"
+        ) from None
 
 
 def configure_runtime(spark: SparkSession, conf: Mapping[str, str] = RUNTIME_CONF) -> SparkSession:
@@ -147,3 +188,12 @@ def _jvm_output_to(log_dir: str | None) -> Iterator[Path | None]:
         os.close(saved[0])
         os.close(saved[1])
     log.info("Spark's own log: %s", log_file)
+
+
+def spark_properties(conf: Mapping[str, str]) -> str:
+    """`conf` in spark-defaults format, for `spark-submit --properties-file`."""
+    return "".join(f"{key} {value}\n" for key, value in conf.items())
+
+
+if __name__ == "__main__":
+    sys.stdout.write(spark_properties(delta_conf()))

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from logmetrics.config import OutputConfig
 from logmetrics.schemas import (
@@ -36,6 +36,7 @@ from logmetrics.schemas import (
     QUARANTINE,
     REDUNDANCY_COST,
 )
+from logmetrics.sources import delta_path_identifier, read_delta_path
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -162,18 +163,31 @@ _ENSURED: set[str] = set()
 
 def ensure_table(spark: SparkSession, ref: TableRef) -> None:
     """Create the Delta table (partitioned, with column comments) if it does not exist; once
-    per table and process, since every chunk of a backfill writes the same tables."""
-    from delta.tables import DeltaTable
+    per table and process, since every chunk of a backfill writes the same tables.
 
+    SQL rather than `DeltaTable.createIfNotExists`: Spark Connect runs SQL on any server with
+    Delta's SQL extension, while the DeltaTable API needs the Delta Connect server plugin."""
     if str(ref) in _ENSURED:
         return
-    builder = DeltaTable.createIfNotExists(spark)
-    builder = builder.tableName(ref.name) if ref.name else builder.location(str(ref.location))
-    builder = builder.addColumns(ref.table.schema).comment(ref.table.comment)
-    if ref.table.partition_by:
-        builder = builder.partitionedBy(*ref.table.partition_by)
-    _retry_conflicts(builder.execute, f"create {ref}")
+    table = ref.table
+    columns = ", ".join(_column_ddl(field) for field in table.schema.fields)
+    partitioned = f" PARTITIONED BY ({', '.join(table.partition_by)})" if table.partition_by else ""
+    target = ref.name or delta_path_identifier(str(ref.location))
+    statement = (
+        f"CREATE TABLE IF NOT EXISTS {target} ({columns}) USING delta{partitioned} "
+        f"COMMENT {sql_string(table.comment)}"
+    )
+    _retry_conflicts(lambda: spark.sql(statement), f"create {ref}")
     _ENSURED.add(str(ref))
+
+
+def _column_ddl(field: StructField) -> str:
+    ddl = f"`{field.name}` {field.dataType.simpleString()}"
+    if not field.nullable:
+        ddl += " NOT NULL"
+    if field.metadata.get("comment"):
+        ddl += f" COMMENT {sql_string(field.metadata['comment'])}"
+    return ddl
 
 
 def replace_dates(
@@ -224,14 +238,10 @@ def append(spark: SparkSession, df: DataFrame, output: OutputConfig, table: Tabl
 
 def read_table(spark: SparkSession, output: OutputConfig, table: Table) -> DataFrame | None:
     """The table as published, or None before its first write."""
-    from delta.tables import DeltaTable
-
     ref = table_ref(output, table)
     if ref.name is not None:
         return spark.read.table(ref.name) if spark.catalog.tableExists(ref.name) else None
-    if not DeltaTable.isDeltaTable(spark, str(ref.location)):
-        return None
-    return spark.read.format("delta").load(str(ref.location))
+    return read_delta_path(spark, str(ref.location))
 
 
 def dates_predicate(dates: Sequence[dt.date]) -> str:
@@ -252,10 +262,13 @@ def runs_predicate(runs: Sequence[str]) -> str:
     """A SQL predicate on `run` for exactly these run names."""
     if not runs:
         raise ValueError("no runs to replace")
-    listed = ", ".join(
-        "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'" for name in sorted(set(runs))
-    )
+    listed = ", ".join(sql_string(name) for name in sorted(set(runs)))
     return f"run IN ({listed})"
+
+
+def sql_string(text: str) -> str:
+    """`text` as a Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _save(writer: DataFrameWriter, ref: TableRef) -> None:

@@ -194,12 +194,33 @@ def _state(spark: SparkSession, path: str, fmt: str) -> str:
 
 
 def _latest_delta_version(spark: SparkSession, path: str) -> int:
-    from delta.tables import DeltaTable
-
-    latest = DeltaTable.forPath(spark, path).history(1).select("version").first()
+    # SQL, not DeltaTable.history: it runs on any Spark Connect server with Delta's extension.
+    history = spark.sql(f"DESCRIBE HISTORY {delta_path_identifier(path)} LIMIT 1")
+    latest = history.select("version").first()
     if latest is None:  # a Delta table always has at least its creating commit
         raise InputError(f"cluster table at {path}: the Delta log has no commits")
     return int(latest[0])
+
+
+def delta_path_identifier(path: str) -> str:
+    """The SQL identifier of the Delta table at `path`: delta.`path`."""
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
+def read_delta_path(spark: SparkSession, path: str) -> DataFrame | None:
+    """The Delta table at `path`, or None when there is none (yet). Resolved here, so the
+    answer is the same locally and over Spark Connect (where reads are lazy)."""
+    try:
+        df = spark.read.format("delta").load(path)
+        df.schema  # noqa: B018 - resolves the path: no Delta table there is an AnalysisException
+    except AnalysisException as exc:
+        if _NOT_A_DELTA_TABLE.search(str(exc)):
+            return None
+        raise
+    return df
+
+
+_NOT_A_DELTA_TABLE = re.compile(r"DELTA_MISSING_DELTA_TABLE|PATH_NOT_FOUND|is not a Delta table")
 
 
 # --- judged evaluation: runs and judgments ---------------------------------------------------
