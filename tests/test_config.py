@@ -95,6 +95,21 @@ def test_missing_required_key_is_named(tmp_path: Path) -> None:
         load_config([path])
 
 
+def test_served_logs_are_required_only_by_the_metric_commands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "eval.yaml"
+    path.write_text("inputs:\n  clusters: {path: c}\noutput: {warehouse: w}\n")
+    config = load_config([path])  # enough for `evaluate` and `report`
+    with pytest.raises(ConfigError, match=r"^inputs.served_logs: required key is missing$"):
+        config.inputs.logs()
+    argv = ["backfill", "--config", str(path), "--start", "2026-01-01", "--end", "2026-01-02"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "logmetrics: error: inputs.served_logs: required key is missing"
+    ]
+
+
 def test_missing_and_malformed_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="config file not found"):
         load_config([tmp_path / "nope.yaml"])

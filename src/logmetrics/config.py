@@ -71,8 +71,17 @@ class ClustersInput(_Section):
 
 
 class InputsConfig(_Section):
-    served_logs: ServedLogsInput
+    served_logs: ServedLogsInput | None = Field(
+        default=None,
+        description="Required by run, backfill and demo; `evaluate` and `report` do without.",
+    )
     clusters: ClustersInput
+
+    def logs(self) -> ServedLogsInput:
+        """The served logs, which a metric run cannot do without."""
+        if self.served_logs is None:
+            raise ConfigError("inputs.served_logs: required key is missing")
+        return self.served_logs
 
 
 class OutputConfig(_Section):

@@ -61,7 +61,7 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> in
     from logmetrics.pipeline import run_range
     from logmetrics.session import get_spark
 
-    out = Path(config.inputs.served_logs.path).parent
+    out = Path(config.inputs.logs().path).parent
     if (
         Path(config.inputs.clusters.path) != out / "clusters"
         or config.inputs.clusters.format != "delta"

@@ -196,7 +196,7 @@ class _Chunk:
         metrics = config.metrics
         logs_df = read_served_logs(
             self.spark,
-            config.inputs.served_logs,
+            config.inputs.logs(),
             self.dates[0],
             self.dates[-1],
             metrics.segment_by,

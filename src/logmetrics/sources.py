@@ -167,7 +167,7 @@ def inputs_fingerprint(spark: SparkSession, inputs: InputsConfig, clusters: Clus
     listing (path, size, modification time) of a file-based input. A backfill skips a day
     only when this is unchanged, so rewritten logs or a new cluster table are never missed."""
     parts = [
-        _state(spark, inputs.served_logs.path, inputs.served_logs.format),
+        _state(spark, inputs.logs().path, inputs.logs().format),
         f"v{clusters.version}"
         if clusters.version is not None
         else _state(spark, inputs.clusters.path, inputs.clusters.format),
@@ -445,7 +445,8 @@ def _partition_filter(
 
 def check_inputs_exist(inputs: InputsConfig) -> None:
     """Fail fast, before Spark starts, when a local input path does not exist."""
-    _require_local_path(inputs.served_logs.path, f"served logs at {inputs.served_logs.path}")
+    served_logs = inputs.logs()
+    _require_local_path(served_logs.path, f"served logs at {served_logs.path}")
     _require_local_path(inputs.clusters.path, f"cluster table at {inputs.clusters.path}")
 
 
