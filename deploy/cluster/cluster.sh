@@ -9,7 +9,7 @@
 #   Connect server  sc://127.0.0.1:$SPARK_CONNECT_PORT (15002), with Delta's jars and SQL extension,
 #                   its executors on the workers
 #
-# Everything lives under $CLUSTER_DIR (.cluster, git-ignored): logs/, pids/, work/, and the
+# Everything lives under $CLUSTER_DIR (.cluster, git-ignored): logs/, pids/, workdir/, and the
 # properties files submit.conf (for `spark-submit --properties-file`) and connect.conf. Each
 # daemon runs in its own process group, so `down` also ends the executors and Python workers it
 # started; `down` fails if anything it started is still alive.
@@ -130,7 +130,7 @@ up() {
   for i in $(seq 1 "$WORKERS"); do
     start "worker-$i" "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker \
       --host "$HOST" --webui-port $((WORKER_UI_PORT + i - 1)) \
-      --cores "$WORKER_CORES" --memory "$WORKER_MEMORY" --work-dir "$DIR/work/worker-$i" \
+      --cores "$WORKER_CORES" --memory "$WORKER_MEMORY" --work-dir "$DIR/workdir/worker-$i" \
       "$MASTER_URL"
   done
   wait_for "worker-$WORKERS" "registration with the master" \
