@@ -14,7 +14,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from logmetrics.config import ClustersInput, ServedLogsInput
 from logmetrics.errors import InputError
-from logmetrics.schemas import SERVED_LOGS
+from logmetrics.schemas import CLUSTERS, SERVED_LOGS
 from logmetrics.sources import read_clusters, read_served_logs
 
 DAY = dt.date(2026, 2, 1)
@@ -137,6 +137,19 @@ def test_off_contract_columns_are_named(
     with pytest.raises(InputError, match="served logs at") as raised:
         read_served_logs(spark, ServedLogsInput(path=str(tmp_path)), DAY, DAY)
     assert message in str(raised.value)
+
+
+def test_a_delta_cluster_table_at_a_relative_path(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make demo` names its inputs relative to the working directory."""
+    spark.createDataFrame([("a", "A")], CLUSTERS).write.format("delta").save(
+        str(tmp_path / "data" / "clusters")
+    )
+    monkeypatch.chdir(tmp_path)
+    snapshot = read_clusters(spark, ClustersInput(path="data/clusters"))
+    assert snapshot.version == 0
+    assert [tuple(r) for r in snapshot.df.collect()] == [("a", "A")]
 
 
 def test_a_missing_segment_column_is_named(spark: SparkSession, tmp_path: Path) -> None:

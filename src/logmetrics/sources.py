@@ -139,15 +139,16 @@ def read_clusters(spark: SparkSession, source: ClustersInput) -> ClusterSnapshot
     """The cluster table, at the pinned Delta version or at the latest one (recorded)."""
     what = f"cluster table at {source.path}"
     _require_local_path(source.path, what)
+    path = absolute(source.path)  # the history (SQL) and the read resolve it alike
     try:
         if source.format == "delta":
             version = source.version
             if version is None:
-                version = _latest_delta_version(spark, source.path)
-            df = spark.read.format("delta").option("versionAsOf", version).load(source.path)
+                version = _latest_delta_version(spark, path)
+            df = spark.read.format("delta").option("versionAsOf", version).load(path)
         else:
             version = None
-            df = spark.read.parquet(source.path)
+            df = spark.read.parquet(path)
         fields = {field.name: field.dataType for field in df.schema.fields}
     except AnalysisException as exc:
         raise InputError(f"cannot read {what}: {_first_line(exc)}") from None
@@ -203,8 +204,17 @@ def _latest_delta_version(spark: SparkSession, path: str) -> int:
 
 
 def delta_path_identifier(path: str) -> str:
-    """The SQL identifier of the Delta table at `path`: delta.`path`."""
+    """The SQL identifier of the Delta table at `path`: delta.`path`, a local relative path made
+    absolute (Delta's SQL takes no relative path, unlike its DataFrame reader)."""
+    path = absolute(path)
     return "delta.`" + path.replace("`", "``") + "`"
+
+
+def absolute(path: str) -> str:
+    """A local relative path made absolute (against this process's working directory); other
+    paths as they are."""
+    local = _local_path(path)
+    return os.path.abspath(local) if local is not None and not os.path.isabs(local) else path
 
 
 def read_delta_path(spark: SparkSession, path: str) -> DataFrame | None:
