@@ -32,6 +32,12 @@ def _ids(spark: SparkSession, source: ServedLogsInput) -> list[str]:
     return sorted(r.request_id for r in df.select("request_id").collect())
 
 
+def _contract(df: DataFrame) -> DataFrame:
+    """The contract's columns, with integers at one width (formats store them differently)."""
+    entry = lambda e: F.struct(e["rank"].cast("long").alias("rank"), e["chunk_id"])  # noqa: E731
+    return df.select("request_id", "served_at", F.transform("results", entry).alias("results"))
+
+
 def test_parquet_delta_and_json_read_the_same_rows(spark: SparkSession, tmp_path: Path) -> None:
     df = spark.createDataFrame(ROWS, SERVED_LOGS)
     df.write.parquet(str(tmp_path / "pq"))
@@ -49,7 +55,7 @@ def test_parquet_delta_and_json_read_the_same_rows(spark: SparkSession, tmp_path
     for fmt, path in (("delta", "delta"), ("json", "logs.jsonl")):
         source = ServedLogsInput(path=str(tmp_path / path), format=fmt)
         got = read_served_logs(spark, source, DAY, DAY)
-        assertDataFrameEqual(got.select(*SERVED_LOGS.names), expected.select(*SERVED_LOGS.names))
+        assertDataFrameEqual(_contract(got), _contract(expected))
     assert _ids(spark, ServedLogsInput(path=str(tmp_path / "pq"))) == IN_DAY
 
 

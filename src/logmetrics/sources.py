@@ -11,19 +11,24 @@ import datetime as dt
 import hashlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     DataType,
     DateType,
+    DoubleType,
+    FloatType,
     IntegralType,
+    LongType,
     NumericType,
     StringType,
+    StructField,
     StructType,
     TimestampNTZType,
     TimestampType,
@@ -37,7 +42,6 @@ from logmetrics.config import (
     ServedLogsInput,
 )
 from logmetrics.errors import InputError
-from logmetrics.schemas import SERVED_LOGS
 
 _PARTITION_DIR = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\d{4}-\d{2}-\d{2})$")
 
@@ -63,28 +67,29 @@ def read_served_logs(
     start: dt.date,
     end: dt.date,
     segment_by: Sequence[str] = (),
+    skip_files: Collection[str] = (),
 ) -> DataFrame:
     """The served-log rows whose served_at falls on start..end (UTC), conformed to the contract.
 
     Date partitions are pruned (with a day of margin either side, since a partition's date need
     not be the UTC date), and the exact served_at filter is pushed down to the files. Without a
     date partition layout, every file below the path is read, whatever the directory layout.
-    The `segment_by` columns (metrics.segment_by) must be present.
+    The `segment_by` columns (metrics.segment_by) must be present. Files in `skip_files` (the
+    corrupt ones `file_scan` found, when they are quarantined) are left out, and JSON lines
+    that do not parse are dropped here: `file_scan` has already failed the run or quarantined
+    them.
     """
     what = f"served logs at {source.path}"
     _require_local_path(source.path, what)
-    partition = _date_partition_column(source)
-    reader = spark.read
-    if partition is None and source.format != "delta":
-        reader = reader.option("recursiveFileLookup", "true")
+    partition = date_partition_column(source)
     try:
-        if source.format == "json":
-            raw = reader.schema(SERVED_LOGS).json(source.path)
-        else:
-            raw = reader.format(source.format).load(source.path)
+        raw = load_raw_served_logs(spark, source, segment_by, partition, skip_files)
         columns = set(raw.columns)
     except AnalysisException as exc:
-        raise InputError(f"cannot read {what}: {_first_line(exc)}") from None
+        raise InputError(f"cannot read {what}: {first_line(exc)}") from None
+    if CORRUPT_RECORD in columns:
+        raw = raw.where(F.col(CORRUPT_RECORD).isNull()).drop(CORRUPT_RECORD)
+        columns.discard(CORRUPT_RECORD)
 
     if partition is not None and partition not in columns:
         raise InputError(f"{what}: date partition column {partition!r} not found")
@@ -100,6 +105,96 @@ def read_served_logs(
             PARTITION_DATE, _partition_as_date(raw, partition)
         )
     return logs_df.transform(filter_served_between, start, end)
+
+
+CORRUPT_RECORD = "_corrupt_record"
+"""The column Spark's JSON reader fills with a line that does not parse (or does not fit the
+read schema); such lines are found by `file_scan` and never reach the metrics."""
+
+JSON_LOGS = StructType(
+    [
+        StructField("request_id", StringType()),
+        StructField("served_at", StringType()),  # ISO 8601 text, converted like Parquet text
+        StructField(
+            "results",
+            ArrayType(
+                StructType(
+                    [
+                        StructField("rank", LongType()),
+                        StructField("chunk_id", StringType()),
+                        StructField("tokens", DoubleType()),
+                    ]
+                )
+            ),
+        ),
+    ]
+)
+"""What JSON-lines logs are read as: the contract, at its widest lossless types."""
+
+
+def load_raw_served_logs(
+    spark: SparkSession,
+    source: ServedLogsInput,
+    segment_by: Sequence[str] = (),
+    partition: str | None = None,
+    skip_files: Collection[str] = (),
+) -> DataFrame:
+    """The logs as stored, before the contract is checked.
+
+    - JSON lines are read with `JSON_LOGS` plus the segment columns (as text) and
+      `CORRUPT_RECORD`: reading JSON never infers a schema (a pass over all the data).
+    - Parquet is read with its inferred schema widened (every integer to bigint, float to
+      double), so files that store a rank as int32 and others as int64 read alike.
+    """
+    reader = spark.read
+    if partition is None and source.format != "delta":
+        reader = reader.option("recursiveFileLookup", "true")
+    if source.format == "json":
+        extra = [StructField(n, StringType()) for n in segment_by if n not in JSON_LOGS.names]
+        schema = StructType([*JSON_LOGS.fields, *extra, StructField(CORRUPT_RECORD, StringType())])
+        reader = reader.schema(schema).option("columnNameOfCorruptRecord", CORRUPT_RECORD)
+        return _load(reader, "json", source.path, skip_files)
+    if source.format != "parquet":
+        return reader.format(source.format).load(source.path)
+    inferred = reader.format("parquet").load(source.path).schema
+    return _load(reader.schema(_widened(inferred)), "parquet", source.path, skip_files)
+
+
+def _load(reader: DataFrameReader, fmt: str, path: str, skip_files: Collection[str]) -> DataFrame:
+    df = reader.format(fmt).load(path)
+    if not skip_files:
+        return df
+    skipped = {file_key(f) for f in skip_files}
+    kept = [f for f in df.inputFiles() if file_key(f) not in skipped]
+    if not kept:  # every file is corrupt: no rows, with the schema the reader has
+        return df.limit(0)
+    return reader.format(fmt).option("basePath", path).load(kept)
+
+
+def file_key(path: str) -> str:
+    """A file's path as the scan and Spark's file listing can both give it (file:/x, /x)."""
+    local = local_path(path)
+    return os.path.normpath(os.path.abspath(local)) if local is not None else path
+
+
+def widened(data_type: DataType) -> Any:
+    """`data_type` with every integer widened to bigint and float to double (all nullable):
+    what Parquet files of one dataset are read as, whatever width each file stores."""
+    return _widened(data_type)
+
+
+def _widened(data_type: DataType) -> Any:
+    if isinstance(data_type, StructType):
+        return StructType(
+            [StructField(f.name, _widened(f.dataType), True) for f in data_type.fields]
+        )
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_widened(data_type.elementType), True)
+    if isinstance(data_type, IntegralType):
+        return LongType()
+    if isinstance(data_type, FloatType):
+        return DoubleType()
+    return data_type
 
 
 PARTITION_DATE = "_partition_date"
@@ -120,19 +215,31 @@ def filter_served_between(logs_df: DataFrame, start: dt.date, end: dt.date) -> D
 
 
 def conform_served_logs(df: DataFrame, what: str) -> DataFrame:
-    """Check the contract's columns and convert lossless variants (int64 rank, NTZ timestamps)."""
+    """Check the contract's columns and convert lossless variants (int64 rank, NTZ timestamps,
+    ISO 8601 text: a text served_at that does not parse is kept as `SERVED_AT_TEXT` and its row
+    is quarantined as invalid_served_at)."""
     fields = {field.name: field.dataType for field in df.schema.fields}
+    columns = contract_columns(fields, what)
+    if isinstance(fields["served_at"], StringType):
+        df = df.withColumn(SERVED_AT_TEXT, F.col("served_at"))
+    return df.withColumns(columns)
+
+
+SERVED_AT_TEXT = "_served_at_text"
+
+
+def contract_columns(fields: Mapping[str, DataType], what: str) -> dict[str, Column]:
+    """The contract's columns converted to its types, from a schema's {name: type}; a missing
+    column, or one of a type that cannot be read as the contract says, is an InputError."""
     for name in ("request_id", "served_at", "results"):
         if name not in fields:
-            found = ", ".join(sorted(fields)) or "none"
+            found = ", ".join(sorted(set(fields) - {CORRUPT_RECORD})) or "none"
             raise InputError(f"{what}: required column {name!r} is missing (found: {found})")
-    return df.withColumns(
-        {
-            "request_id": _as_string(fields["request_id"], "request_id", what),
-            "served_at": _as_timestamp(fields["served_at"], what),
-            "results": _as_results(fields["results"], what),
-        }
-    )
+    return {
+        "request_id": _as_string(fields["request_id"], "request_id", what),
+        "served_at": _as_timestamp(fields["served_at"], what),
+        "results": _as_results(fields["results"], what),
+    }
 
 
 def read_clusters(spark: SparkSession, source: ClustersInput) -> ClusterSnapshot:
@@ -151,7 +258,7 @@ def read_clusters(spark: SparkSession, source: ClustersInput) -> ClusterSnapshot
             df = spark.read.parquet(path)
         fields = {field.name: field.dataType for field in df.schema.fields}
     except AnalysisException as exc:
-        raise InputError(f"cannot read {what}: {_first_line(exc)}") from None
+        raise InputError(f"cannot read {what}: {first_line(exc)}") from None
     for name in ("chunk_id", "cluster_id"):
         if name not in fields:
             found = ", ".join(sorted(fields)) or "none"
@@ -179,9 +286,9 @@ def inputs_fingerprint(spark: SparkSession, inputs: InputsConfig, clusters: Clus
 def _state(spark: SparkSession, path: str, fmt: str) -> str:
     if fmt == "delta":
         return f"v{_latest_delta_version(spark, path)}"
-    local = _local_path(path)
+    local = local_path(path)
     if local is None:  # remote files: the names Spark would read
-        reader = spark.read.schema(SERVED_LOGS) if fmt == "json" else spark.read
+        reader = spark.read.schema(JSON_LOGS) if fmt == "json" else spark.read
         files = sorted(reader.format(fmt).load(path).inputFiles())
         return hashlib.sha256("\n".join(files).encode()).hexdigest()
     entries = []
@@ -213,7 +320,7 @@ def delta_path_identifier(path: str) -> str:
 def absolute(path: str) -> str:
     """A local relative path made absolute (against this process's working directory); other
     paths as they are."""
-    local = _local_path(path)
+    local = local_path(path)
     return os.path.abspath(local) if local is not None and not os.path.isabs(local) else path
 
 
@@ -293,7 +400,7 @@ def _read_table_input(spark: SparkSession, path: str, fmt: str, what: str) -> Da
             df = spark.read.format(fmt).load(path)
         df.schema  # noqa: B018 - resolve the files now, so a bad input fails here, in one line
     except AnalysisException as exc:
-        raise InputError(f"cannot read {what}: {_first_line(exc)}") from None
+        raise InputError(f"cannot read {what}: {first_line(exc)}") from None
     return df.withColumns(
         {INPUT_FILE: F.input_file_name(), INPUT_ROW: F.monotonically_increasing_id()}
     )
@@ -314,7 +421,7 @@ def _read_whitespace_columns(
     try:
         lines = spark.read.text(path)
     except AnalysisException as exc:
-        raise InputError(f"cannot read {what}: {_first_line(exc)}") from None
+        raise InputError(f"cannot read {what}: {first_line(exc)}") from None
     parts = F.split(F.trim(F.col("value")), r"\s+")
     lines = lines.select(
         "value",
@@ -386,8 +493,8 @@ def _as_timestamp(data_type: DataType, what: str) -> Column:
         return F.col("served_at")
     if isinstance(data_type, TimestampNTZType):  # wall-clock time, read as UTC
         return F.col("served_at").cast(TimestampType())
-    if isinstance(data_type, StringType):  # ISO 8601 text
-        return F.to_timestamp(F.col("served_at"))
+    if isinstance(data_type, StringType):  # ISO 8601 text; null (then quarantined) if not
+        return F.try_to_timestamp(F.col("served_at"))
     raise InputError(
         f"{what}: column 'served_at' must be a timestamp, found {data_type.simpleString()}"
     )
@@ -423,12 +530,12 @@ def _as_results(data_type: DataType, what: str) -> Column:
 # --- partitions and paths -----------------------------------------------------------------
 
 
-def _date_partition_column(source: ServedLogsInput) -> str | None:
+def date_partition_column(source: ServedLogsInput) -> str | None:
     if source.date_partition == "none" or source.format == "delta":
         return None
     if source.date_partition != "auto":
         return source.date_partition
-    path = _local_path(source.path)
+    path = local_path(source.path)
     if path is None or not os.path.isdir(path):
         return None
     names = {m.group(1) for entry in os.listdir(path) if (m := _PARTITION_DIR.match(entry))}
@@ -460,6 +567,19 @@ def check_inputs_exist(inputs: InputsConfig) -> None:
     _require_local_path(inputs.clusters.path, f"cluster table at {inputs.clusters.path}")
 
 
+def partition_dir_date(relative_dir: str, column: str) -> dt.date | None:
+    """The date of a `<column>=YYYY-MM-DD` directory (the first such level of a path relative
+    to the logs' root), or None."""
+    for part in relative_dir.split(os.sep):
+        match = _PARTITION_DIR.match(part)
+        if match and match.group(1) == column:
+            try:
+                return dt.date.fromisoformat(match.group(2))
+            except ValueError:
+                return None
+    return None
+
+
 def _partition_as_date(df: DataFrame, column: str) -> Column:
     data_type = df.schema[column].dataType
     if isinstance(data_type, DateType):
@@ -469,7 +589,7 @@ def _partition_as_date(df: DataFrame, column: str) -> Column:
     return F.to_date(F.col(column))
 
 
-def _local_path(path: str) -> str | None:
+def local_path(path: str) -> str | None:
     """The filesystem path for a local location, None for a remote one (s3://, dbfs:/, ...)."""
     if path.startswith("file:"):
         return re.sub(r"^file:(//)?", "", path)
@@ -477,11 +597,11 @@ def _local_path(path: str) -> str | None:
 
 
 def _require_local_path(path: str, what: str) -> None:
-    local = _local_path(path)
+    local = local_path(path)
     if local is not None and not os.path.exists(local):
         raise InputError(f"{what}: path does not exist")
 
 
-def _first_line(exc: Exception) -> str:
+def first_line(exc: Exception) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
