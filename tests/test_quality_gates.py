@@ -120,7 +120,7 @@ def test_fail_policy_holds_back_the_bad_day_and_names_the_check(
     checks = {
         (r.metric_date, r.check): r for r in _table(spark, warehouse, "data_quality").collect()
     }
-    assert len(checks) == len(DAYS) * 7  # every day checked, pass or fail
+    assert len(checks) == len(DAYS) * len(CHECKS)  # every day checked, pass or fail
     bad = checks[(BAD_DAY, "missing_cluster_rate")]
     assert (bad.success, bad.observed_value, bad.threshold, bad.severity) == (
         False,

@@ -19,6 +19,8 @@ COUNT_CHECKS = [
     ("unique_request_ids", "duplicate_request_ids"),
     ("unique_cluster_chunk_ids", "cluster_duplicate_chunk_ids"),
     ("non_empty_cluster_ids", "cluster_empty_ids"),
+    ("consistent_duplicates", "conflicting_duplicate_rows"),
+    ("readable_inputs", "corrupt_inputs"),
 ]
 
 
@@ -36,6 +38,8 @@ def _day(day: dt.date = DAY, **overrides: Any) -> dict[str, Any]:
         "cluster_empty_ids": 0,
         "queries": 1_000,
         "trailing_queries_mean": 1_000.0,
+        "conflicting_duplicate_rows": 0,
+        "corrupt_inputs": 0,
     }
     row.update(overrides)
     return row
@@ -63,6 +67,8 @@ def test_a_clean_day_passes_every_check() -> None:
         "unique_cluster_chunk_ids": 0.0,
         "non_empty_cluster_ids": 0.0,
         "volume": 1.0,
+        "consistent_duplicates": 0.0,
+        "readable_inputs": 0.0,
     }
 
 

@@ -42,6 +42,15 @@ class ServedLogsInput(_Section):
     format: Literal["parquet", "delta", "json"] = Field(
         default="parquet", description="parquet (any layout), delta, or json (JSON lines)."
     )
+    on_corrupt: Literal["fail", "quarantine"] = Field(
+        default="fail",
+        description=(
+            "A file that cannot be read (a truncated Parquet file, a JSON line that does not "
+            "parse): 'fail' stops the run before anything is published, naming the file; "
+            "'quarantine' lists it in the quarantine table, computes the rest, and fails the "
+            "day's `readable_inputs` check."
+        ),
+    )
     date_partition: str = Field(
         default="auto",
         description=(
@@ -197,6 +206,8 @@ class QualitySeverity(_Section):
     unique_cluster_chunk_ids: Severity = "warning"
     non_empty_cluster_ids: Severity = "warning"
     volume: Severity = "warning"
+    consistent_duplicates: Severity = "warning"
+    readable_inputs: Severity = "blocking"
 
 
 class QualityConfig(_Section):

@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
 
 from logmetrics.schemas import NULL_SEGMENT_VALUE
-from logmetrics.sources import PARTITION_DATE
+from logmetrics.sources import PARTITION_DATE, SERVED_AT_TEXT
 
 REQUEST_KEY = ("request_key", "metric_date", "request_id", "is_malformed")
 SINGLETON_PREFIX = "s:"
@@ -42,14 +42,17 @@ SINGLETON_PREFIX = "s:"
 def with_row_status(logs_df: DataFrame) -> DataFrame:
     """metric_date = the UTC date of served_at (the session time zone is UTC), or the row's date
     partition when served_at is null; `malformed_reason` names the first missing field of a row
-    that can never enter a metric (null request_id, served_at or results), with the raw row."""
+    that can never enter a metric (null request_id, served_at or results, or a text served_at
+    that is not a timestamp), with the raw row."""
     metric_date = F.to_date("served_at")
     if PARTITION_DATE in logs_df.columns:
         metric_date = F.coalesce(metric_date, F.col(PARTITION_DATE))
-    reason = (
-        F.when(F.col("request_id").isNull(), F.lit("null_request_id"))
-        .when(F.col("served_at").isNull(), F.lit("null_served_at"))
-        .when(F.col("results").isNull(), F.lit("null_results"))
+    reason = F.when(F.col("request_id").isNull(), F.lit("null_request_id"))
+    if SERVED_AT_TEXT in logs_df.columns:  # text that did not parse as an ISO 8601 timestamp
+        unparsed = F.col("served_at").isNull() & F.col(SERVED_AT_TEXT).isNotNull()
+        reason = reason.when(unparsed, F.lit("invalid_served_at"))
+    reason = reason.when(F.col("served_at").isNull(), F.lit("null_served_at")).when(
+        F.col("results").isNull(), F.lit("null_results")
     )
     raw = F.to_json(F.struct(*[F.col(c) for c in logs_df.columns if c != PARTITION_DATE]))
     return logs_df.withColumns(
@@ -86,32 +89,45 @@ def partition_by_request(logs_df: DataFrame) -> DataFrame:
 def filter_first_copies(logs_df: DataFrame) -> DataFrame:
     """Redelivered copies count once: of the served rows of one (metric_date, request_id), the
     copy with the earliest served_at is kept, ties by a hash of its content, so the choice does
-    not depend on the order rows arrive in. `copies` counts the rows read for the request.
+    not depend on the order rows arrive in. `copies` counts the rows read for the request, and
+    `conflicting_copies` those whose results differ from the kept copy's (by content hash): a
+    redelivery repeats its results; a conflict is another list under the same id.
 
     Malformed rows are all kept (each goes to the quarantine). The window runs inside the
     partitions `partition_by_request` made.
     """
     request = Window.partitionBy(*REQUEST_KEY)
     ordered = request.orderBy("served_at", "copy_hash")
+    whole = request.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    kept_hash = F.first("copy_hash").over(
+        ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    )
     return (
         logs_df.withColumn("copy_hash", F.xxhash64("results"))
         .withColumns(
             {
-                "copies": F.count(F.lit(1)).over(
-                    request.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-                ),
+                "copies": F.count(F.lit(1)).over(whole),
                 "copy": F.row_number().over(ordered),
+                "conflicting": (F.col("copy_hash") != kept_hash).cast("int"),
             }
         )
+        .withColumn("conflicting_copies", F.sum("conflicting").over(whole))
         .where(F.col("is_malformed") | (F.col("copy") == 1))
-        .drop("copy", "copy_hash")
+        .drop("copy", "copy_hash", "conflicting")
     )
 
 
 def explode_entries(logs_df: DataFrame) -> DataFrame:
     """One row per result entry with its array position; an empty list, or a malformed row,
     keeps one row with a null position."""
-    row = [*REQUEST_KEY, "malformed_row", "served_at", "copies", "segment_values"]
+    row = [
+        *REQUEST_KEY,
+        "malformed_row",
+        "served_at",
+        "copies",
+        "conflicting_copies",
+        "segment_values",
+    ]
     results = F.when(~F.col("is_malformed"), F.col("results"))
     results_type = logs_df.schema["results"].dataType
     entry_type = results_type.elementType if isinstance(results_type, ArrayType) else None
@@ -236,6 +252,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
             *REQUEST_KEY,
             "served_at",
             "copies",
+            "conflicting_copies",
             "malformed_row",
             "segment_values",
             is_valid.cast("int").alias("is_valid"),
@@ -251,6 +268,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
         .agg(
             F.min("served_at").alias("served_at"),
             F.max("copies").alias("copies"),
+            F.max("conflicting_copies").alias("conflicting_copies"),
             F.first("segment_values").alias("segment_values"),  # one copy: one value
             F.sum("is_valid").alias("results"),
             F.sum("is_missing").alias("missing_cluster_results"),
@@ -278,6 +296,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
             "is_malformed",
             "served_at",
             "copies",
+            "conflicting_copies",
             "segment_values",
             *[F.col(c).cast("int").alias(c) for c in COUNTS],
             windows(F.col("new_slots"), ks).alias("windows"),

@@ -1,7 +1,7 @@
 """The data-quality gates, declared as one great-expectations suite over the per-day facts.
 
 Each row of `facts` is one UTC day's counts from one pass over the served logs. The gates are
-expectations on columns of that frame (three of them derived rates, four plain counts), run as
+expectations on columns of that frame (three of them derived rates, six plain counts), run as
 ONE GX validation over all days at once; the result format lists the failing rows by
 `metric_date`, so each day's verdict comes from GX's own unexpected-index list. The observed
 values are computed here in plain Python floats (exact, reproducible by an independent check),
@@ -47,6 +47,8 @@ CHECKS: tuple[str, ...] = (
     "unique_cluster_chunk_ids",
     "non_empty_cluster_ids",
     "volume",
+    "consistent_duplicates",
+    "readable_inputs",
 )
 
 FACT_COLUMNS: tuple[str, ...] = (
@@ -61,6 +63,8 @@ FACT_COLUMNS: tuple[str, ...] = (
     "cluster_empty_ids",
     "queries",
     "trailing_queries_mean",
+    "conflicting_duplicate_rows",
+    "corrupt_inputs",
 )
 
 _DATE = "metric_date"
@@ -123,7 +127,7 @@ def _volume_ratio(row: Mapping[str, Any]) -> float | None:
 
 
 def _gates(max_missing: float, max_malformed: float, min_volume: float) -> tuple[_Gate, ...]:
-    """The seven checks, in CHECKS order."""
+    """The checks, in CHECKS order."""
 
     def count(column: str) -> Callable[[Mapping[str, Any]], float | None]:
         return lambda row: float(int(row[column]))
@@ -156,6 +160,14 @@ def _gates(max_missing: float, max_malformed: float, min_volume: float) -> tuple
         ),
         _Gate("non_empty_cluster_ids", "cluster_empty_ids", 0.0, 0.0, count("cluster_empty_ids")),
         _Gate("volume", "volume_ratio", min_volume, None, _volume_ratio),
+        _Gate(
+            "consistent_duplicates",
+            "conflicting_duplicate_rows",
+            0.0,
+            0.0,
+            count("conflicting_duplicate_rows"),
+        ),
+        _Gate("readable_inputs", "corrupt_inputs", 0.0, 0.0, count("corrupt_inputs")),
     )
     assert tuple(g.check for g in gates) == CHECKS
     return gates
