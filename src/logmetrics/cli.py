@@ -46,14 +46,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("logmetrics: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # an unexpected failure: one line here, the details in the log
+        from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
 
-        if isinstance(exc, PySparkException):
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            print(f"logmetrics: error: Spark failed: {first}", file=sys.stderr)
+        if isinstance(exc, PySparkException | Py4JJavaError):
+            print(f"logmetrics: error: Spark failed: {_spark_failure(exc)}", file=sys.stderr)
             log.debug("Spark failure", exc_info=True)
             return 1
         raise
+
+
+def _spark_failure(exc: Exception) -> str:
+    """One line for a failure inside Spark: its message's first line, and for a file that
+    could not be read (a damaged file on remote storage, which the scan does not read ahead),
+    the underlying cause, which says what is wrong with it."""
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return _first_line(str(exc)) or type(exc).__name__
+    first = _first_line(str(java.getMessage()))
+    cause = java.getCause()
+    if "FAILED_READ_FILE" in first and cause is not None:
+        first = f"{first} ({_first_line(str(cause.getMessage()))})"
+    return first
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0].strip() if lines else ""
 
 
 def _parser() -> argparse.ArgumentParser:

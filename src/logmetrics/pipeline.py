@@ -33,7 +33,8 @@ from pyspark.sql.types import (
 from logmetrics import ledger
 from logmetrics.config import Config
 from logmetrics.distributions import daily_distributions, with_segments
-from logmetrics.errors import LogmetricsError
+from logmetrics.errors import InputError, LogmetricsError
+from logmetrics.file_scan import CorruptInput, scan_served_logs
 from logmetrics.metrics import (
     cluster_keys,
     explode_windows,
@@ -141,6 +142,7 @@ def run_range(
     )
     if not dates:
         return summary
+    corrupt = _corrupt_inputs(spark, config, dates[0], dates[-1])
     keys_df, salt = keyed_clusters(clusters.df)
     cluster_counts = cluster_facts(keys_df).first()
     assert cluster_counts is not None  # a global aggregate always has one row
@@ -150,13 +152,32 @@ def run_range(
     try:
         for chunk_dates in date_chunks(dates, config.backfill.days_per_chunk):
             chunk_began = time.monotonic()
-            chunk = _Chunk(spark, config, chunk_dates, stamp, counts, inputs)
+            chunk_corrupt = [c for c in corrupt if c.days(chunk_dates)]
+            chunk = _Chunk(spark, config, chunk_dates, stamp, counts, inputs, chunk_corrupt)
             days = chunk.compute_and_publish(keys_df, salt, broadcast)
             summary.days.extend(days)
             _log_progress(summary, days, len(dates), chunk_began, began)
     finally:
         keys_df.unpersist()
     return summary
+
+
+def _corrupt_inputs(
+    spark: SparkSession, config: Config, start: dt.date, end: dt.date
+) -> list[CorruptInput]:
+    """The unreadable log files (or JSON lines) of start..end. With `on_corrupt: fail` the first
+    one stops the run here, before anything is computed or published."""
+    source = config.inputs.logs()
+    corrupt = scan_served_logs(spark, source, start, end)
+    if corrupt and source.on_corrupt == "fail":
+        more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
+        raise InputError(
+            f"served logs at {source.path}: {corrupt[0].describe()}{more}; nothing was "
+            "published (inputs.served_logs.on_corrupt: quarantine computes the rest)"
+        )
+    for item in corrupt:
+        log.warning("quarantined, its days fail readable_inputs: %s", item.describe())
+    return corrupt
 
 
 BROADCAST_MAX_CHUNKS = 20_000_000
@@ -187,6 +208,7 @@ class _Chunk:
     stamp: RunStamp
     cluster_counts: dict[str, Any]
     inputs: str  # the inputs fingerprint, for the ledger
+    corrupt: list[CorruptInput]  # unreadable files and lines that may hold these days' rows
 
     def compute_and_publish(
         self, keys_df: DataFrame, salt: int, broadcast: bool
@@ -200,12 +222,16 @@ class _Chunk:
             self.dates[0],
             self.dates[-1],
             metrics.segment_by,
+            skip_files=[c.file for c in self.corrupt if c.line is None],
         )
         requests_df = requests_by_key(
             logs_df, keys_df, metrics.ks, salt, broadcast, metrics.segment_by
         ).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             facts = pd.DataFrame(day_facts(requests_df, self._days_df()).toPandas())
+            facts["corrupt_inputs"] = [
+                sum(day in c.days(self.dates) for c in self.corrupt) for day in facts["metric_date"]
+            ]
             checks = self._checks(facts)
             day_verdicts = verdicts(self.dates, checks)
             self._write_diagnostics(requests_df, checks)
@@ -294,7 +320,9 @@ class _Chunk:
         """quarantine, missing_cluster_chunks and data_quality: written for every day, pass or
         fail, so that no row vanishes without a trace and every verdict is on record."""
         output, stamp = self.config.output, self.stamp
-        quarantine_df = with_run_stamp(quarantined_rows(requests_df), stamp)
+        quarantine_df = with_run_stamp(
+            quarantined_rows(requests_df).unionByName(self._corrupt_rows()), stamp
+        )
         replace_dates(self.spark, quarantine_df, output, QUARANTINE_TABLE, self.dates)
         missing_df = top_missing_chunks(requests_df, self.config.quality.missing_chunks_top_n)
         replace_dates(
@@ -363,6 +391,13 @@ class _Chunk:
 
     def _write(self, df: DataFrame, table: Table, dates: list[dt.date]) -> None:
         replace_dates(self.spark, with_run_stamp(df, self.stamp), self.config.output, table, dates)
+
+    def _corrupt_rows(self) -> DataFrame:
+        """The quarantine's rows for the unreadable inputs: one per input and day it may hold."""
+        rows = [(d, c.reason, None, c.raw()) for c in self.corrupt for d in c.days(self.dates)]
+        return self.spark.createDataFrame(
+            rows, "metric_date date, reason string, request_id string, raw string"
+        )
 
     def _days_df(self) -> DataFrame:
         schema = StructType([StructField("metric_date", DateType(), False)])
