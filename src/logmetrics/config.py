@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -26,9 +27,23 @@ from pydantic import (
 )
 
 from logmetrics.errors import ConfigError
+from logmetrics.redaction import REDACTED, looks_secret
 
 _COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_COLUMNS = {"request_id", "served_at", "results", "metric_date"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SPARK_KEY = re.compile(r"^[^\s=]+$")
+
+
+def _no_control_characters(value: str) -> str:
+    """Paths and Spark settings go into SQL identifiers, Hadoop paths, log lines and the
+    JVM's command line: a newline or another control character there is never meant."""
+    if _CONTROL.search(value):
+        raise ValueError("must not contain control characters (newline, tab, ...)")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_no_control_characters)]
 
 
 class _Section(BaseModel):
@@ -38,7 +53,7 @@ class _Section(BaseModel):
 class ServedLogsInput(_Section):
     """The served top-k logs: one row per served request."""
 
-    path: str = Field(description="Directory (or table path) of the served logs.")
+    path: Text = Field(description="Directory (or table path) of the served logs.")
     format: Literal["parquet", "delta", "json"] = Field(
         default="parquet", description="parquet (any layout), delta, or json (JSON lines)."
     )
@@ -71,7 +86,7 @@ class ServedLogsInput(_Section):
 class ClustersInput(_Section):
     """The cluster-id table from the near-duplicate detector."""
 
-    path: str = Field(description="Path of the cluster table.")
+    path: Text = Field(description="Path of the cluster table.")
     format: Literal["delta", "parquet"] = Field(default="delta", description="delta or parquet.")
     version: Annotated[int, Field(ge=0)] | None = Field(
         default=None,
@@ -98,7 +113,7 @@ class OutputConfig(_Section):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    warehouse: str | None = Field(
+    warehouse: Text | None = Field(
         default=None, description="Directory under which the Delta output tables live."
     )
     catalog: str | None = Field(
@@ -245,7 +260,7 @@ _RUN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 class RunInput(_Section):
     """One retrieval run to evaluate: a ranked list per query (query_id, rank, chunk_id)."""
 
-    path: str = Field(description="Path of the run (a directory, table path or file).")
+    path: Text = Field(description="Path of the run (a directory, table path or file).")
     format: Literal["parquet", "delta", "csv", "trec"] = Field(
         default="parquet",
         description="parquet, delta, csv (with a header) or trec (`qid Q0 docno rank score tag`).",
@@ -255,7 +270,7 @@ class RunInput(_Section):
 class JudgmentsInput(_Section):
     """The relevance judgments: one grade per judged (query_id, chunk_id)."""
 
-    path: str = Field(description="Path of the judgments.")
+    path: Text = Field(description="Path of the judgments.")
     format: Literal["parquet", "delta", "csv", "trec"] = Field(
         default="parquet",
         description="parquet, delta, csv (with a header) or trec qrels (`qid 0 docno grade`).",
@@ -318,33 +333,49 @@ class EvaluationConfig(_Section):
 
 
 class SparkConfig(_Section):
-    master: str = Field(
+    master: Text = Field(
         default="local[*]",
         description="Master URL when logmetrics starts Spark itself (ignored on a cluster).",
     )
-    driver_memory: str = Field(
+    driver_memory: Text = Field(
         default="4g", description="spark.driver.memory when logmetrics starts Spark itself."
     )
-    log_dir: str | None = Field(
+    log_dir: Text | None = Field(
         default="logs",
         description="Where the local Spark JVM's own output goes (null: to the terminal).",
     )
     conf: dict[str, str] = Field(
-        default_factory=dict, description="Extra Spark settings, applied as given."
+        default_factory=dict,
+        description="Extra Spark settings, applied as given; none may look like a secret.",
     )
 
     @field_validator("conf", mode="before")
     @classmethod
-    def _stringify(cls, value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return {str(k): _spark_value(v) for k, v in value.items()}
-        return value
+    def _settings(cls, value: Any) -> Any:
+        """Scalar values as strings; no secret, nothing malformed. The messages name the key,
+        never the value (it may be a secret): `_first_error` leaves the input out here."""
+        if not isinstance(value, Mapping):
+            return value  # pydantic reports the type
+        return {str(key): _spark_value(str(key), item) for key, item in value.items()}
 
 
-def _spark_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+def _spark_value(key: str, value: Any) -> str:
+    if not _SPARK_KEY.match(key) or _CONTROL.search(key):
+        raise ValueError(f"{key!r} is not a Spark setting name (no spaces, '=', control chars)")
+    if looks_secret(key):
+        raise ValueError(
+            f"{key!r} looks like a secret, and config files hold none: set it in the "
+            "environment or the platform's secret store (docs/config.md, Secrets)"
+        )
+    if value is None or isinstance(value, Mapping | list | tuple):
+        raise ValueError(
+            f"{key!r} must be a string, number or boolean (a Spark key holds dots: "
+            "--set 'spark.conf={\"spark.x.y\": value}')"
+        )
+    text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    if _CONTROL.search(text):
+        raise ValueError(f"{key!r} must not contain control characters (newline, tab, ...)")
+    return text
 
 
 class Config(_Section):
@@ -399,12 +430,15 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 def _parse_override(text: str) -> dict[str, Any]:
     key, sep, raw = text.partition("=")
     parts = key.strip().split(".")
+    secret = looks_secret(text)  # never echo what may be a secret
     if not sep or len(parts) < 2 or not all(_COLUMN_NAME.match(p) for p in parts):
-        raise ConfigError(f"--set expects section.key=value, got {text!r}")
+        shown = f"{key}={REDACTED}" if secret and sep else text
+        raise ConfigError(f"--set expects section.key=value, got {shown!r}")
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
-        raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML") from None
+        shown = REDACTED if secret else repr(raw)
+        raise ConfigError(f"--set {key}: value {shown} is not valid YAML") from None
     nested: dict[str, Any] = {parts[-1]: value}
     for part in reversed(parts[:-1]):
         nested = {part: nested}
@@ -429,4 +463,6 @@ def _first_error(exc: ValidationError) -> str:
     if error["type"] == "missing":
         return f"{where}: required key is missing"
     message = str(error["msg"]).removeprefix("Value error, ")
+    if tuple(error["loc"][:2]) == ("spark", "conf"):  # the input may hold a secret
+        return f"{where}: {message}"
     return f"{where}: {message} (got {error.get('input')!r})"

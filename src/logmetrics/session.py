@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 
 from logmetrics.config import SparkConfig
 from logmetrics.errors import LogmetricsError
+from logmetrics.redaction import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def get_spark(settings: SparkConfig, app_name: str = "logmetrics") -> SparkSessi
     remote = os.environ.get("SPARK_REMOTE")
     if remote:
         check_remote_reachable(remote)
-        log.info("using the Spark Connect server at %s", remote)
+        log.info("using the Spark Connect server at %s", redact_url(remote))
     if is_managed_environment():
         log.info("using the platform's Spark session (no packages added)")
         return configure_runtime(SparkSession.builder.appName(app_name).getOrCreate())
@@ -123,7 +124,7 @@ def get_spark(settings: SparkConfig, app_name: str = "logmetrics") -> SparkSessi
     builder = SparkSession.builder.appName(app_name)
     for key, value in local_conf(settings).items():
         builder = builder.config(key, value)
-    log.info("starting local Spark (%s) with %s", settings.master, DELTA_PACKAGE)
+    log.info("starting local Spark (%s) with %s", redact_url(settings.master), DELTA_PACKAGE)
     with _jvm_output_to(settings.log_dir) as log_file:
         try:
             return builder.getOrCreate()
@@ -138,18 +139,19 @@ def check_remote_reachable(remote: str, timeout: float = 5.0) -> None:
     client would otherwise retry for minutes before it gives up."""
     if not remote.startswith("sc://"):
         return  # e.g. SPARK_REMOTE=local: pyspark starts its own server
+    shown = redact_url(remote)  # a Databricks SPARK_REMOTE carries ;token=...
     parts = urlsplit(remote.split(";", 1)[0])
     try:
         host, port = parts.hostname, parts.port or CONNECT_DEFAULT_PORT
     except ValueError:
-        raise LogmetricsError(f"SPARK_REMOTE={remote!r} is not sc://host:port") from None
+        raise LogmetricsError(f"SPARK_REMOTE={shown!r} is not sc://host:port") from None
     if not host:
-        raise LogmetricsError(f"SPARK_REMOTE={remote!r} is not sc://host:port")
+        raise LogmetricsError(f"SPARK_REMOTE={shown!r} is not sc://host:port")
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as exc:
         raise LogmetricsError(
-            f"no Spark Connect server at SPARK_REMOTE={remote} ({exc.strerror or exc}): start one "
+            f"no Spark Connect server at SPARK_REMOTE={shown} ({exc.strerror or exc}): start one "
             "(`make cluster-up`) or unset SPARK_REMOTE"
         ) from None
 

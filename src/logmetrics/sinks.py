@@ -127,7 +127,7 @@ class TableRef:
 def table_ref(output: OutputConfig, table: Table) -> TableRef:
     if output.schema_name is not None:
         parts = [output.catalog, output.schema_name, table.name]
-        return TableRef(table, name=".".join(f"`{p}`" for p in parts if p is not None))
+        return TableRef(table, name=".".join(quote_identifier(p) for p in parts if p is not None))
     assert output.warehouse is not None  # OutputConfig guarantees one of the two
     return TableRef(table, location=table_location(output.warehouse, table))
 
@@ -264,6 +264,12 @@ def runs_predicate(runs: Sequence[str]) -> str:
         raise ValueError("no runs to replace")
     listed = ", ".join(sql_string(name) for name in sorted(set(runs)))
     return f"run IN ({listed})"
+
+
+def quote_identifier(name: str) -> str:
+    """`name` as one backquoted Spark SQL identifier (an inner backtick doubled). The config
+    admits only plain identifiers as catalog and schema; this holds whatever comes."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def sql_string(text: str) -> str:
