@@ -1,0 +1,373 @@
+"""Hostile values and fuzzing: odd ids, huge lists, empty days, far timestamps, malformed rows.
+
+`test_backfill_survives_hostile_values`: the real job (`logmetrics backfill`, in process) over
+hand-built Parquet logs full of hostile values; every published table equals the reference.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+import reference
+from logmetrics.cli import main
+
+pytestmark = pytest.mark.slow
+
+UTC = dt.UTC
+
+# --- hostile strings ------------------------------------------------------------------------
+
+LONG_ID = "L" + "0123456789" * 10_000  # 100,001 characters
+HOSTILE = [
+    "single'quote",
+    'double"quote',
+    "back`tick",
+    "back\\slash\\",
+    "'; DROP TABLE unique_clusters_daily; --",
+    "${env:HOME} %s {0} $1",
+    "emoji 🤖🧪👩‍👩‍👧",
+    "\u05e9\u05dc\u05d5\u05dd RTL \u202eoverride\u202c",
+    "e\u0301 combining",  # NFD
+    "\u00e9 combining",  # NFC: the same text to a reader, a different id
+    "new\nline\ttab\rcr",
+    "",
+    " ",
+    "nul\x00byte",
+    "s:singleton-looking",
+    "c:cluster-looking",
+    LONG_ID,
+]
+
+
+# --- 1. the real job over hostile Parquet logs ------------------------------------------------
+
+START = dt.date(2026, 4, 1)
+EMPTY_DAY = dt.date(2026, 4, 2)
+END = dt.date(2026, 4, 4)
+KS = (1, 5, 20)
+THRESHOLD = 3
+FAR = [
+    dt.datetime(1, 1, 2, 12, tzinfo=UTC),
+    dt.datetime(1900, 1, 1, tzinfo=UTC),
+    dt.datetime(9999, 12, 30, 23, 59, 59, tzinfo=UTC),
+]
+
+ENTRY_TYPE = pa.struct([("rank", pa.int32()), ("chunk_id", pa.string())])
+LOGS_SCHEMA = pa.schema(
+    [
+        ("request_id", pa.string()),
+        ("served_at", pa.timestamp("us", tz="UTC")),
+        ("results", pa.list_(ENTRY_TYPE)),
+        ("note", pa.string()),  # an extra column, carried along
+    ]
+)
+
+
+def _entries(*pairs: tuple[int | None, str | None]) -> list[dict[str, Any] | None]:
+    return [{"rank": rank, "chunk_id": chunk} for rank, chunk in pairs]
+
+
+def _hostile_clusters() -> list[tuple[str | None, str | None]]:
+    rows: list[tuple[str | None, str | None]] = [
+        ("Doc-A", "cluster-upper"),
+        ("doc-a", "cluster-lower"),
+        ("DOC-A", "cluster-upper"),
+    ]
+    for i, value in enumerate(HOSTILE):
+        rows.append((value, HOSTILE[(i + 3) % len(HOSTILE)]))  # hostile chunk and cluster ids
+    rows.append((None, "orphan"))
+    rows.append(("plain-1", None))  # listed with a null cluster id: its own singleton
+    # The big list's chunks: 3,000 chunks in 40 clusters, a third left out of the table.
+    rows += [(f"big-{i}", f"bc-{i % 40}") for i in range(3000) if i % 3]
+    return rows
+
+
+def _hostile_logs() -> dict[dt.date | str, list[dict[str, Any]]]:
+    """Rows per date partition (`date=...`); the `EMPTY_DAY` partition does not exist."""
+    rng = random.Random(11)
+    day1 = dt.datetime.combine(START, dt.time(), tzinfo=UTC)
+    day3 = dt.datetime.combine(START + dt.timedelta(days=2), dt.time(), tzinfo=UTC)
+    day4 = dt.datetime.combine(END, dt.time(), tzinfo=UTC)
+    big = [
+        {"rank": rng.randint(1, 12_000), "chunk_id": f"big-{rng.randrange(3000)}"}
+        for _ in range(10_000)
+    ]
+    big[17] = {"rank": None, "chunk_id": "big-1"}
+    big[4242] = {"rank": 5, "chunk_id": None}
+    first: list[dict[str, Any]] = []
+    for i, value in enumerate(HOSTILE):
+        first.append(
+            {
+                "request_id": value,
+                "served_at": day1 + dt.timedelta(minutes=i),
+                "results": _entries(
+                    (1, value),
+                    (2, HOSTILE[(i + 1) % len(HOSTILE)]),
+                    (2, HOSTILE[(i + 5) % len(HOSTILE)]),
+                    (3, "Doc-A"),
+                    (4, "doc-a"),
+                    (5, "DOC-A"),
+                    (6, "doc-A"),  # absent from the table: a singleton of its own
+                    (7, value.upper()),
+                ),
+                "note": value,
+            }
+        )
+    first += [
+        {
+            "request_id": "case-matters",
+            "served_at": day1 + dt.timedelta(hours=3),
+            "results": _entries((1, "Doc-A"), (2, "doc-a")),
+            "note": None,
+        },
+        {
+            "request_id": "big-list",
+            "served_at": day1 + dt.timedelta(hours=4),
+            "results": big,
+            "note": "10,000 results",
+        },
+        {
+            "request_id": "last-instant",
+            "served_at": day1 + dt.timedelta(days=1, microseconds=-1),
+            "results": _entries((1, "plain-1"), (1, "plain-2")),
+            "note": None,
+        },
+        {
+            "request_id": "empty-list",
+            "served_at": day1 + dt.timedelta(hours=5),
+            "results": [],
+            "note": None,
+        },
+        # Redelivered copies of a hostile request: counted once, the earliest kept.
+        {
+            "request_id": HOSTILE[0],
+            "served_at": day1 + dt.timedelta(hours=6),
+            "results": _entries((1, "doc-a")),
+            "note": "later copy",
+        },
+        # Malformed rows with hostile ids, and an entry-level problem.
+        {"request_id": None, "served_at": day1, "results": _entries((1, "x")), "note": "'"},
+        {"request_id": HOSTILE[10], "served_at": None, "results": [], "note": '"'},
+        {"request_id": LONG_ID + "!", "served_at": day1, "results": None, "note": "\n"},
+    ]
+    # Far past and far future rows in an in-range partition, some sharing in-range ids.
+    for i, when in enumerate(FAR):
+        first.append(
+            {
+                "request_id": f"far-{when.year}",
+                "served_at": when,
+                "results": _entries((1, "Doc-A")),
+                "note": None,
+            }
+        )
+        first.append(
+            {
+                "request_id": HOSTILE[i],
+                "served_at": when,
+                "results": _entries((1, "doc-a"), (2, "Doc-A")),
+                "note": None,
+            }
+        )
+    third = [
+        {
+            "request_id": value,  # the same ids two days later: another day, another request
+            "served_at": day3 + dt.timedelta(seconds=i),
+            "results": _entries((1, value), (2, "Doc-A"), (3, None), (None, "doc-a")),
+            "note": None,
+        }
+        for i, value in enumerate(HOSTILE)
+    ]
+    third.append({"request_id": "no-time", "served_at": None, "results": None, "note": "all null"})
+    fourth = [
+        {
+            "request_id": f"plain-{i}",
+            "served_at": day4 + dt.timedelta(hours=i),
+            "results": _entries((1, f"big-{i}"), (2, f"big-{i + 40}"), (3, "Doc-A")),
+            "note": None,
+        }
+        for i in range(5)
+    ]
+    # A row at the first instant after the range: the next day, not this run's.
+    fourth.append(
+        {
+            "request_id": "after-range",
+            "served_at": day4 + dt.timedelta(days=1),
+            "results": _entries((1, "Doc-A")),
+            "note": None,
+        }
+    )
+    far_partition = [
+        {"request_id": f"far-own-{w.year}", "served_at": w, "results": [], "note": None}
+        for w in FAR
+    ]
+    return {
+        START: first,
+        START + dt.timedelta(days=2): third,
+        END: fourth,
+        "1900-01-01": far_partition[:2],
+        "9999-12-30": far_partition[2:],
+    }
+
+
+def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=LOGS_SCHEMA), path)
+
+
+@pytest.fixture(scope="module")
+def hostile_run(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, list[dict[str, Any]], list[tuple[str | None, str | None]]]:
+    root = tmp_path_factory.mktemp("hostile")
+    partitions = _hostile_logs()
+    rows: list[dict[str, Any]] = []
+    for day, day_rows in partitions.items():
+        _write_parquet(day_rows, root / "served_logs" / f"date={day}" / "part-0.parquet")
+        rows += [{**r, "date": str(day)} for r in day_rows]
+    cluster_rows = _hostile_clusters()
+    pq.write_table(
+        pa.Table.from_pylist(
+            [{"chunk_id": c, "cluster_id": k} for c, k in cluster_rows],
+            schema=pa.schema([("chunk_id", pa.string()), ("cluster_id", pa.string())]),
+        ),
+        root / "clusters.parquet",
+    )
+    warehouse = root / "warehouse"
+    config = root / "job.yaml"
+    config.write_text(
+        "inputs:\n"
+        f"  served_logs: {{path: '{root / 'served_logs'}'}}\n"
+        f"  clusters: {{path: '{root / 'clusters.parquet'}', format: parquet}}\n"
+        f"output: {{warehouse: '{warehouse}'}}\n"
+        f"metrics: {{ks: {list(KS)}, threshold: {THRESHOLD}}}\n"
+        "backfill: {days_per_chunk: 2}\n"
+        "quality: {on_failure: warn}\n"
+        "spark: {master: 'local[1]', driver_memory: 1g}\n"
+    )
+    argv = ["backfill", "--config", str(config), "--start", str(START), "--end", str(END)]
+    assert main(argv) == 0
+    return warehouse, rows, cluster_rows
+
+
+def _table(spark: SparkSession, warehouse: Path, name: str) -> DataFrame:
+    return spark.read.format("delta").load(str(warehouse / name))
+
+
+def _collect(df: DataFrame, keys: list[str], drop: set[str]) -> list[dict[str, Any]]:
+    rows = [{k: v for k, v in r.asDict().items() if k not in drop} for r in df.collect()]
+    return sorted(rows, key=lambda r: tuple(r[k] for k in keys))
+
+
+PROVENANCE = {"run_id", "computed_at", "cluster_table_version"}
+DAY_COUNTS = {"dq_passed", "rows_read", "duplicate_rows", "quarantined_rows", "quarantined_entries"}
+
+
+def _read_on(row: Mapping[str, Any], day: dt.date) -> bool:
+    """Whether the job reads `row` for `day`: served on it, or undated in its partition."""
+    if row["served_at"] is None:
+        return row["date"] == str(day)
+    return reference.utc_date(row["served_at"]) == day
+
+
+def test_backfill_survives_hostile_values(
+    spark: SparkSession,
+    hostile_run: tuple[Path, list[dict[str, Any]], list[tuple[str | None, str | None]]],
+) -> None:
+    warehouse, rows, cluster_rows = hostile_run
+    days = reference.dates_between(START, END)
+
+    by_query = _collect(
+        _table(spark, warehouse, "unique_clusters_by_query"),
+        ["metric_date", "request_id", "k"],
+        PROVENANCE,
+    )
+    expected = reference.by_query(rows, cluster_rows, KS, START, END)
+    got = [{**r, "served_at": r["served_at"].replace(tzinfo=UTC)} for r in by_query]
+    assert len(got) == len(expected)
+    assert got == expected
+    # Ids round-trip byte for byte: every hostile id is a request of the first and third day.
+    for day in (START, START + dt.timedelta(days=2)):
+        ids = {r["request_id"] for r in by_query if r["metric_date"] == day}
+        assert set(HOSTILE) <= ids
+        assert {i.encode() for i in HOSTILE} <= {i.encode() for i in ids}
+    assert LONG_ID in {r["request_id"] for r in by_query}
+    # Case matters: Doc-A and doc-a are two clusters, doc-A is its own (absent from the table).
+    case = {r["k"]: r["unique_clusters"] for r in by_query if r["request_id"] == "case-matters"}
+    assert case == {1: 1, 5: 2, 20: 2}
+    big = [r for r in by_query if r["request_id"] == "big-list"]
+    assert {r["results"] for r in big} == {9_998}
+    # Nothing from outside the range lands on a day.
+    assert all(START <= r["metric_date"] <= END for r in by_query)
+    assert not {r["request_id"] for r in by_query} & {
+        "after-range",
+        *(f"far-{w.year}" for w in FAR),
+        *(f"far-own-{w.year}" for w in FAR),
+    }
+
+    daily_df = _table(spark, warehouse, "unique_clusters_daily")
+    assert daily_df.where("segment != 'all' OR segment_value != 'all'").isEmpty()
+    daily = _collect(daily_df, ["metric_date", "k"], PROVENANCE | {"segment", "segment_value"})
+    expected_daily = reference.daily(rows, cluster_rows, KS, THRESHOLD, START, END)
+    assert [{k: v for k, v in r.items() if k not in DAY_COUNTS} for r in daily] == expected_daily
+    empty = [r for r in daily if r["metric_date"] == EMPTY_DAY]
+    assert [(r["k"], r["queries"], r["rows_read"]) for r in empty] == [(k, 0, 0) for k in KS]
+    for day in days:
+        read = [r for r in rows if _read_on(r, day)]
+        malformed = [r for r in read if reference.is_malformed(r)]
+        queries = len(reference.served_requests(read, day, day))
+        day_rows = [r for r in daily if r["metric_date"] == day]
+        assert {(r["rows_read"], r["quarantined_rows"], r["duplicate_rows"]) for r in day_rows} == {
+            (len(read), len(malformed), len(read) - len(malformed) - queries)
+        }, day
+
+    sweep = _collect(
+        _table(spark, warehouse, "unique_clusters_k_sweep"),
+        ["metric_date", "k"],
+        PROVENANCE | {"segment", "segment_value"},
+    )
+    expected_sweep = reference.k_sweep(rows, cluster_rows, max(KS), START, END)
+    assert [{c: r[c] for c in expected_sweep[0]} for r in sweep] == expected_sweep
+
+    # The quarantine: the malformed rows read, and the bad entries of the kept copies.
+    quarantine = _table(spark, warehouse, "quarantine").collect()
+    assert all(START <= r.metric_date <= END for r in quarantine)
+    got_reasons = Counter((r.metric_date, r.reason, r.request_id) for r in quarantine)
+    expected_reasons: Counter[tuple[Any, ...]] = Counter()
+    for day in days:
+        read = [r for r in rows if _read_on(r, day)]
+        for r in read:
+            if reference.is_malformed(r):
+                expected_reasons[(day, _malformed_reason(r), r["request_id"])] += 1
+        for row in reference.served_requests(read, day, day).values():
+            for entry in row["results"]:
+                if entry["chunk_id"] is None:
+                    expected_reasons[(day, "null_chunk_id", row["request_id"])] += 1
+                elif entry["rank"] is None:
+                    expected_reasons[(day, "null_rank", row["request_id"])] += 1
+    assert got_reasons == expected_reasons
+    for r in quarantine:
+        assert json.loads(r.raw).get("request_id") == r.request_id
+
+    missing = _table(spark, warehouse, "missing_cluster_chunks").collect()
+    assert all(START <= r.metric_date <= END for r in missing)
+    assert "doc-A" in {r.chunk_id for r in missing if r.metric_date == START}
+    runs = _table(spark, warehouse, "job_runs").where("status = 'published'").collect()
+    assert sorted(r.metric_date for r in runs) == days
+
+
+def _malformed_reason(row: Mapping[str, Any]) -> str:
+    for column in ("request_id", "served_at", "results"):
+        if row[column] is None:
+            return f"null_{column}"
+    raise AssertionError(row)
