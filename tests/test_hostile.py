@@ -1,7 +1,10 @@
 """Hostile values and fuzzing: odd ids, huge lists, empty days, far timestamps, malformed rows.
 
-`test_backfill_survives_hostile_values`: the real job (`logmetrics backfill`, in process) over
-hand-built Parquet logs full of hostile values; every published table equals the reference.
+- `test_backfill_survives_hostile_values`: the real job (`logmetrics backfill`, in process) over
+  hand-built Parquet logs full of hostile values; every published table equals the reference.
+- `test_every_adversarial_row_is_accounted_for`: hypothesis generates malformed and adversarial
+  rows; the pipeline's transforms never raise, every row read is used, a duplicate or
+  quarantined, and each request's numbers equal the reference's for its kept copy.
 """
 
 from __future__ import annotations
@@ -17,10 +20,19 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, StringType, StructField, StructType
 
 import reference
 from logmetrics.cli import main
+from logmetrics.metrics import requests_by_key
+from logmetrics.pipeline import keyed_clusters
+from logmetrics.quality.facts import day_facts, quarantined_rows
+from logmetrics.schemas import CLUSTERS, SERVED_LOGS
+from logmetrics.sources import PARTITION_DATE, filter_served_between
 
 pytestmark = pytest.mark.slow
 
@@ -371,3 +383,214 @@ def _malformed_reason(row: Mapping[str, Any]) -> str:
         if row[column] is None:
             return f"null_{column}"
     raise AssertionError(row)
+
+
+# --- 2. fuzzing: malformed and adversarial rows through the pipeline's transforms ------------
+
+F_START, F_END = dt.date(2026, 3, 1), dt.date(2026, 3, 2)
+F_DAY = dt.datetime.combine(F_START, dt.time(), tzinfo=UTC)
+SHORT_HOSTILE = [h for h in HOSTILE if h is not LONG_ID] + ["M" * 10_000]
+REQUEST_IDS = ["r0", "r1", "R0", *SHORT_HOSTILE]
+CHUNK_IDS = ["Doc-A", "doc-a", "DOC-A", "ch1", "ch2", "absent", *SHORT_HOSTILE[:12]]
+CLUSTER_IDS = ["A", "a", "s:ch1", "c:A", *SHORT_HOSTILE[:8]]
+FUZZ_LOGS = StructType(
+    [
+        *SERVED_LOGS.fields,
+        StructField("note", StringType()),  # an extra column, carried along into `raw`
+        StructField(PARTITION_DATE, DateType()),  # places rows without a served_at on a day
+    ]
+)
+
+texts = st.text(max_size=6)
+
+
+def _weighted(draw: st.DrawFn, common: st.SearchStrategy[Any], *rare: Any) -> Any:
+    """Mostly `common`, else one of the `rare` strategies, each about 1 in 10. Hypothesis
+    draws small integers first, so the common case is 0 (few examples must still be mostly
+    well formed, or nothing reaches the metrics)."""
+    choice = draw(st.integers(0, 9))
+    return draw(rare[choice - 1] if 1 <= choice <= len(rare) else common)
+
+
+def _at(seconds: int) -> dt.datetime:
+    return F_DAY + dt.timedelta(seconds=seconds)
+
+
+@st.composite
+def fuzz_entry(draw: st.DrawFn) -> dict[str, Any] | None:
+    chunk_ids = st.sampled_from(CHUNK_IDS)
+    return _weighted(
+        draw,
+        st.builds(
+            lambda rank, chunk: {"rank": rank, "chunk_id": chunk}, st.integers(1, 12), chunk_ids
+        ),
+        st.none(),  # a null entry in the list
+        st.builds(lambda c: {"rank": None, "chunk_id": c}, chunk_ids),
+        st.builds(lambda r: {"rank": r, "chunk_id": None}, st.integers(-3, 12)),
+        st.builds(  # non-positive and extreme ranks
+            lambda r, c: {"rank": r, "chunk_id": c},
+            st.sampled_from([-(2**31), -1, 0, 2**31 - 1]),
+            chunk_ids,
+        ),
+        st.builds(lambda c: {"rank": 1, "chunk_id": c}, texts),  # unknown, odd chunk ids
+    )
+
+
+@st.composite
+def fuzz_row(draw: st.DrawFn) -> dict[str, Any]:
+    return {
+        "request_id": _weighted(draw, st.sampled_from(REQUEST_IDS), st.none(), texts),
+        "served_at": _weighted(
+            draw,
+            st.integers(0, 172_799).map(_at),
+            st.none(),
+            st.sampled_from(FAR),
+            st.sampled_from([-1, 0, 86_399, 86_400, 172_799, 172_800]).map(_at),
+            st.integers(-7_200, 180_000).map(_at),
+        ),
+        "results": _weighted(
+            draw, st.lists(fuzz_entry(), min_size=1, max_size=10), st.none(), st.just([])
+        ),
+        "note": draw(st.one_of(st.none(), texts)),
+        PARTITION_DATE: draw(
+            st.sampled_from([F_START, F_END, F_START - dt.timedelta(days=1), None])
+        ),
+    }
+
+
+@st.composite
+def fuzz_logs(draw: st.DrawFn) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for _ in range(draw(st.integers(1, 16))):
+        if rows and draw(st.integers(0, 2)) == 2:  # a redelivery, identical or not
+            row = dict(draw(st.sampled_from(rows)))
+            change = draw(st.sampled_from(["none", "served_at", "results", "both"]))
+            if change in ("served_at", "both") and row["served_at"] is not None:
+                row["served_at"] += dt.timedelta(seconds=draw(st.integers(-90_000, 90_000)))
+            if change in ("results", "both"):
+                row["results"] = draw(st.lists(fuzz_entry(), max_size=10))
+        else:
+            row = draw(fuzz_row())
+        rows.append(row)
+    return rows
+
+
+fuzz_clusters = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.sampled_from(CHUNK_IDS)),
+        st.one_of(st.none(), st.sampled_from(CLUSTER_IDS)),
+    ),
+    max_size=16,
+)
+
+
+def _fuzz_read_on(row: Mapping[str, Any], day: dt.date) -> bool:
+    """Whether `filter_served_between` hands `row` to `day`."""
+    if row["served_at"] is None:
+        return row[PARTITION_DATE] == day
+    return reference.utc_date(row["served_at"]) == day
+
+
+def _request_numbers(
+    results: list[Any], table: Mapping[str, str | None], ks: tuple[int, ...]
+) -> tuple[Any, ...]:
+    """(results, missing_cluster_results, [(k, unique_clusters)], [(pos, rank, chunk_id)]) of
+    one copy of a request, from the reference's rules."""
+    valid = reference.valid_entries_in_rank_order(results)
+    windows = [
+        (k, len({reference.cluster_key(e["chunk_id"], table) for e in valid[:k]})) for k in ks
+    ]
+    invalid = [
+        (pos, None if e is None else e["rank"], None if e is None else e["chunk_id"])
+        for pos, e in enumerate(results)
+        if e is None or e["rank"] is None or e["chunk_id"] is None
+    ]
+    missing = sum(1 for e in valid if e["chunk_id"] not in table)
+    return (len(valid), missing, windows, invalid)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    rows=fuzz_logs(),
+    cluster_rows=fuzz_clusters,
+    ks=st.lists(st.integers(1, 12), min_size=1, max_size=3, unique=True).map(
+        lambda v: tuple(sorted(v))
+    ),
+)
+def test_every_adversarial_row_is_accounted_for(
+    spark: SparkSession,
+    rows: list[dict[str, Any]],
+    cluster_rows: list[tuple[str | None, str | None]],
+    ks: tuple[int, ...],
+) -> None:
+    days = reference.dates_between(F_START, F_END)
+    logs_df = spark.createDataFrame(
+        [tuple(r[f.name] for f in FUZZ_LOGS.fields) for r in rows], FUZZ_LOGS
+    ).transform(filter_served_between, F_START, F_END)
+    keys_df, salt = keyed_clusters(spark.createDataFrame(cluster_rows, CLUSTERS))
+    requests_df = requests_by_key(logs_df, keys_df, ks, salt).persist()
+    try:
+        days_df = spark.createDataFrame([(d,) for d in days], "metric_date date")
+        facts = {r.metric_date: r.asDict() for r in day_facts(requests_df, days_df).collect()}
+        quarantine = quarantined_rows(requests_df).collect()
+        served = requests_df.where(~F.col("is_malformed")).collect()
+    finally:
+        requests_df.unpersist()
+        keys_df.unpersist()
+
+    table = reference.cluster_lookup(cluster_rows)
+    assert sorted(facts) == days
+    assert all(F_START <= r.metric_date <= F_END for r in [*quarantine, *served])
+    expected_quarantine: Counter[tuple[Any, ...]] = Counter()
+    for day in days:
+        read = [r for r in rows if _fuzz_read_on(r, day)]
+        malformed = [r for r in read if reference.is_malformed(r)]
+        well_formed = [r for r in read if not reference.is_malformed(r)]
+        requests = {r["request_id"] for r in well_formed}
+        fact = facts[day]
+        assert fact["rows_read"] == len(read), day
+        assert fact["malformed_rows"] == len(malformed), day
+        assert fact["queries"] == len(requests), day
+        assert fact["duplicate_rows"] == len(well_formed) - len(requests), day
+        assert (
+            fact["rows_read"] == fact["queries"] + fact["duplicate_rows"] + fact["malformed_rows"]
+        )
+        assert fact["duplicate_request_ids"] == 0, day
+        for r in malformed:
+            expected_quarantine[(day, _malformed_reason(r), r["request_id"], None)] += 1
+
+        got = {r.request_id: r for r in served if r.metric_date == day}
+        assert set(got) == requests, day
+        for request_id, request in got.items():
+            copies = [r for r in well_formed if r["request_id"] == request_id]
+            first = min(r["served_at"] for r in copies)
+            candidates = [
+                _request_numbers(r["results"], table, ks) for r in copies if r["served_at"] == first
+            ]
+            actual = (
+                request.results,
+                request.missing_cluster_results,
+                [(w.k, w.unique_clusters) for w in request.windows],
+                [(e.pos, e.rank, e.chunk_id) for e in request.invalid_entries or []],
+            )
+            assert actual in candidates, (day, request_id)
+            assert request.copies == len(copies)
+            for pos, _, chunk_id in actual[3]:
+                reason = "null_chunk_id" if chunk_id is None else "null_rank"
+                expected_quarantine[(day, reason, request_id, pos)] += 1
+        assert fact["valid_entries"] == sum(r.results for r in got.values())
+        assert fact["quarantined_entries"] == sum(
+            len(r.invalid_entries or []) for r in got.values()
+        )
+
+    got_quarantine = Counter(
+        (r.metric_date, r.reason, r.request_id, json.loads(r.raw).get("position"))
+        for r in quarantine
+    )
+    assert got_quarantine == expected_quarantine
+    for r in quarantine:
+        assert json.loads(r.raw).get("request_id") == r.request_id
