@@ -594,3 +594,61 @@ def test_every_adversarial_row_is_accounted_for(
     assert got_quarantine == expected_quarantine
     for r in quarantine:
         assert json.loads(r.raw).get("request_id") == r.request_id
+
+
+# --- extra columns with hostile names -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        "user agent ü'\"",
+        pytest.param(
+            "meta.source",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="with_row_status passes extra column names to F.col unquoted: a dot "
+                "(or backtick) in a name is parsed as a nested field, and the job fails",
+            ),
+        ),
+        pytest.param(
+            "back`tick",
+            marks=pytest.mark.xfail(strict=True, reason="the same: F.col parses the backtick"),
+        ),
+    ],
+)
+def test_extra_columns_with_hostile_names_are_carried_along(
+    spark: SparkSession, tmp_path: Path, column: str
+) -> None:
+    """README: other columns are carried along and ignored, whatever their names (Parquet
+    allows dots, backticks and spaces in them). A malformed row keeps them in its raw JSON."""
+    day = dt.datetime.combine(START, dt.time(), tzinfo=UTC)
+    schema = pa.schema([*LOGS_SCHEMA][:3] + [(column, pa.string())])
+    rows = [
+        {"request_id": "ok", "served_at": day, "results": _entries((1, "c1")), column: "x"},
+        {"request_id": None, "served_at": day, "results": [], column: "y"},
+    ]
+    logs = tmp_path / "served_logs" / f"date={START}"
+    logs.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), logs / "part-0.parquet")
+    pq.write_table(
+        pa.Table.from_pylist([{"chunk_id": "c1", "cluster_id": "k1"}]), tmp_path / "clusters"
+    )
+    warehouse = tmp_path / "warehouse"
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        "inputs:\n"
+        f"  served_logs: {{path: '{tmp_path / 'served_logs'}'}}\n"
+        f"  clusters: {{path: '{tmp_path / 'clusters'}', format: parquet}}\n"
+        f"output: {{warehouse: '{warehouse}'}}\n"
+        "metrics: {ks: [1]}\n"
+        "quality: {on_failure: warn}\n"
+        "spark: {master: 'local[1]', driver_memory: 1g}\n"
+    )
+    argv = ["backfill", "--config", str(config), "--start", str(START), "--end", str(START)]
+    assert main(argv) == 0
+    by_query = _table(spark, warehouse, "unique_clusters_by_query").collect()
+    assert [(r.request_id, r.unique_clusters) for r in by_query] == [("ok", 1)]
+    (quarantined,) = _table(spark, warehouse, "quarantine").collect()
+    assert quarantined.reason == "null_request_id"
+    assert json.loads(quarantined.raw)[column] == "y"
