@@ -350,6 +350,14 @@ def test_backfill_survives_hostile_values(
     )
     expected_sweep = reference.k_sweep(rows, cluster_rows, max(KS), START, END)
     assert [{c: r[c] for c in expected_sweep[0]} for r in sweep] == expected_sweep
+    cost = _collect(
+        _table(spark, warehouse, "redundancy_cost_daily"),
+        ["metric_date", "k"],
+        PROVENANCE | {"segment", "segment_value"},
+    )
+    every_k = range(1, max(KS) + 1)  # the default cost: 510 tokens a slot, $3 per million
+    expected_cost = reference.redundancy_cost(rows, cluster_rows, every_k, 510, 3.0, START, END)
+    assert [{c: r[c] for c in expected_cost[0]} for r in cost] == expected_cost
 
     # The quarantine: the malformed rows read, and the bad entries of the kept copies.
     quarantine = _table(spark, warehouse, "quarantine").collect()
@@ -371,9 +379,29 @@ def test_backfill_survives_hostile_values(
     for r in quarantine:
         assert json.loads(r.raw).get("request_id") == r.request_id
 
-    missing = _table(spark, warehouse, "missing_cluster_chunks").collect()
-    assert all(START <= r.metric_date <= END for r in missing)
-    assert "doc-A" in {r.chunk_id for r in missing if r.metric_date == START}
+    # The unknown chunks served most, hostile ids sorted as Spark sorts them (UTF-8 bytes,
+    # which is code point order, Python's).
+    missing = _collect(
+        _table(spark, warehouse, "missing_cluster_chunks"),
+        ["metric_date", "rank"],
+        PROVENANCE,
+    )
+    table = reference.cluster_lookup(cluster_rows)
+    expected_missing = []
+    for day in days:
+        serves = Counter(
+            entry["chunk_id"]
+            for row in reference.served_requests(rows, day, day).values()
+            for entry in reference.valid_entries_in_rank_order(row["results"])
+            if entry["chunk_id"] not in table
+        )
+        top = sorted(serves.items(), key=lambda item: (-item[1], item[0]))[:100]
+        expected_missing += [
+            {"metric_date": day, "rank": i, "chunk_id": chunk, "serves": n}
+            for i, (chunk, n) in enumerate(top, start=1)
+        ]
+    assert missing == expected_missing
+    assert "doc-A" in {r["chunk_id"] for r in missing if r["metric_date"] == START}
     runs = _table(spark, warehouse, "job_runs").where("status = 'published'").collect()
     assert sorted(r.metric_date for r in runs) == days
 
