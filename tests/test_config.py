@@ -148,6 +148,7 @@ def test_fingerprint_changes_with_what_changes_numbers(config_file: Path) -> Non
         (["backfill", "--start", "2026-01-01", "--end", "2026-01-01T00"], "not a date"),
         (["run", "--date", "2026-01-01\n--set x.y=1"], "not a date"),
         (["run", "--date", "yesterday"], "not a date"),
+        (["run", "--date", "9999-12-31"], "after the last date a run can compute"),
         (["backfill", "--start", "2026-01-01"], "--end"),
         (["frobnicate"], "invalid choice"),
         (["run", "--set", "metrics.ks=[-1]"], "metrics.ks"),

@@ -631,18 +631,8 @@ def test_every_adversarial_row_is_accounted_for(
     "column",
     [
         "user agent ü'\"",
-        pytest.param(
-            "meta.source",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="with_row_status passes extra column names to F.col unquoted: a dot "
-                "(or backtick) in a name is parsed as a nested field, and the job fails",
-            ),
-        ),
-        pytest.param(
-            "back`tick",
-            marks=pytest.mark.xfail(strict=True, reason="the same: F.col parses the backtick"),
-        ),
+        "meta.source",  # a dot: not a nested field
+        "back`tick",
     ],
 )
 def test_extra_columns_with_hostile_names_are_carried_along(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -61,6 +62,21 @@ def _snapshot(spark: SparkSession, warehouse: Path) -> dict[str, list[tuple[Any,
         columns = [c for c in df.columns if c not in VOLATILE]
         out[name] = sorted(tuple(map(repr, r)) for r in df.select(*columns).collect())
     return out
+
+
+def _snapshot_by_day(
+    spark: SparkSession, warehouse: Path
+) -> dict[str, dict[dt.date, list[tuple[Any, ...]]]]:
+    """Each table's rows (volatile columns left out) per metric_date; no table: no days."""
+    out: dict[str, dict[dt.date, list[tuple[Any, ...]]]] = {name: {} for name in TABLES}
+    for name in TABLES:
+        if not (warehouse / name / "_delta_log").is_dir():
+            continue
+        df = spark.read.format("delta").load(str(warehouse / name))
+        columns = [c for c in df.columns if c not in VOLATILE]
+        for row in df.select(*columns).collect():
+            out[name].setdefault(row.metric_date, []).append(tuple(map(repr, row)))
+    return {name: {d: sorted(rows) for d, rows in days.items()} for name, days in out.items()}
 
 
 def _ledger(spark: SparkSession, warehouse: Path) -> list[Any]:
@@ -145,10 +161,15 @@ def test_tables_can_be_named_in_a_catalog(spark: SparkSession, data: Path, tmp_p
 
 
 def _spawn(
-    config: Path, *extra: str, start: dt.date = START, end: dt.date = END
+    config: Path,
+    *extra: str,
+    start: dt.date = START,
+    end: dt.date = END,
+    log_level: str = "INFO",
 ) -> subprocess.Popen[str]:
+    argv = ["--log-level", log_level, *_backfill_argv(config, start, end), *extra]
     return subprocess.Popen(
-        [sys.executable, "-m", "logmetrics.cli", *_backfill_argv(config, start, end), *extra],
+        [sys.executable, "-m", "logmetrics.cli", *argv],
         cwd=config.parent,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
@@ -157,31 +178,60 @@ def _spawn(
     )
 
 
-def test_killed_backfill_resumes_to_the_tables_of_an_uninterrupted_run(
-    spark: SparkSession, data: Path, tmp_path: Path
-) -> None:
-    reference_wh = tmp_path / "uninterrupted"
-    assert main(_backfill_argv(_config(data, reference_wh))) == 0
+@pytest.fixture(scope="module")
+def uninterrupted(data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    warehouse = tmp_path_factory.mktemp("uninterrupted") / "wh"
+    assert main(_backfill_argv(_config(data, warehouse))) == 0
+    return warehouse
 
+
+@pytest.mark.parametrize(
+    ("moment", "pattern", "occurrence", "delay"),
+    [
+        ("while reading the logs", r"computing 10 day\(s\)", 1, 1.0),
+        ("during a Delta commit", "writing .*unique_clusters_daily", 2, 0.2),
+        ("between days", ": published,", 2, 0.0),
+    ],
+)
+def test_killed_backfill_resumes_to_the_tables_of_an_uninterrupted_run(
+    spark: SparkSession,
+    data: Path,
+    uninterrupted: Path,
+    tmp_path: Path,
+    moment: str,
+    pattern: str,
+    occurrence: int,
+    delay: float,
+) -> None:
+    """SIGKILL at a point of a 10-day backfill (chunks of 2 days): no reader sees a partial
+    or doubled day meanwhile, and the resumed run converges to the uninterrupted run's tables."""
     warehouse = tmp_path / "killed"
     config = _config(data, warehouse)
-    process = _spawn(config)
+    process = _spawn(config, log_level="DEBUG")
     assert process.stderr is not None
-    published = 0
+    seen = 0
     deadline = time.monotonic() + 300
-    for line in process.stderr:  # kill it in the middle, once a chunk of days has committed
-        published += ": published," in line
-        if published >= 2 or time.monotonic() > deadline:
+    for line in process.stderr:
+        seen += re.search(pattern, line) is not None
+        if seen >= occurrence or time.monotonic() > deadline:
             break
+    time.sleep(delay)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
-    assert published >= 2
+    assert seen >= occurrence, moment
+
+    reference = _snapshot_by_day(spark, uninterrupted)
+    killed = _snapshot_by_day(spark, warehouse)
+    for table, days in killed.items():
+        for day, rows in days.items():  # every day a reader can see is whole, and once
+            assert rows == reference[table][day], (moment, table, day)
 
     resumed = _spawn(config)
     _, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err
-    assert "already done with the same inputs and config" in err
-    assert _snapshot(spark, warehouse) == _snapshot(spark, reference_wh)
+    if killed["unique_clusters_daily"]:  # days published before the kill are not redone
+        assert "already done with the same inputs and config" in err
+    assert _snapshot(spark, warehouse) == _snapshot(spark, uninterrupted)
     ledger = _ledger(spark, warehouse)
     published_days = [r.metric_date for r in ledger if r.status == "published"]
     assert sorted(set(published_days)) == [START + dt.timedelta(days=i) for i in range(DAYS)]

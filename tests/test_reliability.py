@@ -166,28 +166,28 @@ def test_quarantined_corrupt_file_is_listed_its_days_flagged_and_the_rest_exact(
 ) -> None:
     days = {d: _rows(d, 4, "r") for d in DATES}
     _logs(tmp_path / "logs", days)
-    extra = _rows(END, 3, "x")
-    broken = _write(tmp_path / "logs" / f"date={END}" / "part-1.parquet", extra)
+    # The first file of the first partition: the one Spark would infer the schema from.
+    broken = _write(tmp_path / "logs" / f"date={START}" / "0-broken.parquet", _rows(START, 3, "x"))
     _truncate(broken)
     config = _config(tmp_path, tmp_path / "logs", on_corrupt="quarantine", on_failure="warn")
     assert _backfill(config) == 0
 
     quarantine = _table(spark, tmp_path, "quarantine")
     listed = [q for q in quarantine if q["reason"] == "corrupt_file"]
-    # The partition of END may hold rows served the day before (a partition's date need not
-    # be the UTC date): both days are flagged, and only those.
-    assert sorted(q["metric_date"] for q in listed) == DATES[1:]
+    # The partition of START may hold rows served the day before or after (a partition's date
+    # need not be the UTC date): both days of the run are flagged, and only those.
+    assert sorted(q["metric_date"] for q in listed) == DATES[:2]
     assert all(json.loads(q["raw"])["file"] == str(broken) for q in listed)
     published = _published_daily(spark, tmp_path)
     passed = {day: published[(day, KS[0])]["dq_passed"] for day in DATES}
-    assert passed == {DATES[0]: True, DATES[1]: False, DATES[2]: False}
+    assert passed == {DATES[0]: False, DATES[1]: False, DATES[2]: True}
     checks = {
-        (r["metric_date"], r["check"]): r
+        r["metric_date"]: r["observed_value"]
         for r in _table(spark, tmp_path, "data_quality")
         if r["check"] == "readable_inputs"
     }
-    assert [checks[(d, "readable_inputs")]["observed_value"] for d in DATES] == [0.0, 1.0, 1.0]
-    # What could be read is computed exactly: the readable file of END, all of the others.
+    assert [checks[d] for d in DATES] == [1.0, 1.0, 0.0]
+    # What could be read is computed exactly: every file but the broken one.
     readable = [row for rows in days.values() for row in rows]
     _assert_daily_equals_reference(published, readable, DATES)
 
@@ -341,3 +341,18 @@ def test_conflicting_copies_of_a_request_keep_the_earliest_and_are_counted(
     assert checks[DATES[1]]["observed_value"] == 0.0
     daily = _published_daily(spark, tmp_path)
     assert daily[(START, KS[0])]["duplicate_rows"] == 3
+
+
+def test_rows_no_day_can_hold_are_reported(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without date partitions, a row without a usable served_at belongs to no day: the run
+    says how many there are instead of losing them silently."""
+    rows = _rows(START, 3, "r")
+    texts = [{**r, "served_at": r["served_at"].isoformat()} for r in rows]
+    undated = [{**rows[0], "served_at": None}, {**rows[1], "served_at": "not a time"}]
+    _write(tmp_path / "logs" / "part-0.parquet", texts + undated, served_at=pa.string())
+    with caplog.at_level("WARNING", logger="logmetrics"):
+        assert _backfill(_config(tmp_path, tmp_path / "logs")) == 0
+    assert "2 row(s) of the served logs have no usable served_at" in caplog.text
+    _assert_daily_equals_reference(_published_daily(spark, tmp_path), rows, DATES)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from logmetrics.config import ClustersInput, ServedLogsInput
@@ -34,7 +35,10 @@ def _ids(spark: SparkSession, source: ServedLogsInput) -> list[str]:
 
 def _contract(df: DataFrame) -> DataFrame:
     """The contract's columns, with integers at one width (formats store them differently)."""
-    entry = lambda e: F.struct(e["rank"].cast("long").alias("rank"), e["chunk_id"])  # noqa: E731
+
+    def entry(e: Column) -> Column:
+        return F.struct(e["rank"].cast("long").alias("rank"), e["chunk_id"])
+
     return df.select("request_id", "served_at", F.transform("results", entry).alias("results"))
 
 

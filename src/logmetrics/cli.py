@@ -186,9 +186,12 @@ def _date(text: str) -> dt.date:
     if not _DATE.match(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)")
     try:
-        return dt.date.fromisoformat(text)
+        day = dt.date.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a valid date") from None
+    if day == dt.date.max:  # a day's window ends at the next midnight, which does not exist
+        raise argparse.ArgumentTypeError(f"{text!r} is after the last date a run can compute")
+    return day
 
 
 def _positive_int(text: str) -> int:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,13 +35,14 @@ from logmetrics.errors import InputError
 from logmetrics.sources import (
     CORRUPT_RECORD,
     JSON_LOGS,
+    conform_served_logs,
     contract_columns,
+    data_files,
     date_partition_column,
     file_key,
     first_line,
     load_raw_served_logs,
     local_path,
-    partition_dir_date,
     widened,
 )
 
@@ -99,6 +100,19 @@ def scan_served_logs(
     return _scan_parquet(source, root, start, end, what)
 
 
+def undated_rows(spark: SparkSession, source: ServedLogsInput) -> int:
+    """Rows that no run can place on a day: no usable served_at (null, or text that is not a
+    timestamp), in logs without a date partition layout that would place them. Parquet's and
+    Delta's null counts let Spark skip the files that have none."""
+    if date_partition_column(source) is not None:
+        return 0
+    raw = load_raw_served_logs(spark, source)
+    if CORRUPT_RECORD in raw.columns:
+        raw = raw.where(F.col(CORRUPT_RECORD).isNull())
+    logs = conform_served_logs(raw, f"served logs at {source.path}")
+    return logs.where(F.col("served_at").isNull()).count()
+
+
 def _scan_parquet(
     source: ServedLogsInput, root: str, start: dt.date, end: dt.date, what: str
 ) -> list[CorruptInput]:
@@ -108,7 +122,8 @@ def _scan_parquet(
     partition = date_partition_column(source)
     corrupt = []
     first: dict[str, tuple[str, str]] = {}  # contract field -> (type, the first file with it)
-    for path, day in _files(root, partition, start, end):
+    lo, hi = start - dt.timedelta(days=1), end + dt.timedelta(days=1)  # the reader's margin
+    for path, day in data_files(root, partition, lo, hi):
         try:
             schema = pq.read_schema(path)
         except Exception as exc:  # whatever pyarrow says, the file is unreadable
@@ -138,24 +153,6 @@ def _contract_types(fields: dict[str, Any]) -> dict[str, str]:
         if entry.name in ("rank", "chunk_id", "tokens"):
             types[f"results.{entry.name}"] = widened(entry.dataType).simpleString()
     return types
-
-
-def _files(
-    root: str, partition: str | None, start: dt.date, end: dt.date
-) -> Iterator[tuple[str, dt.date | None]]:
-    """The data files Spark would read for start..end (hidden and `_` names skipped, date
-    partitions pruned with the reader's margin of a day), each with its partition's date."""
-    lo, hi = start - dt.timedelta(days=1), end + dt.timedelta(days=1)
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-        day = None
-        if partition is not None:
-            day = partition_dir_date(os.path.relpath(folder, root), partition)
-            if day is not None and not lo <= day <= hi:
-                dirs[:] = []
-                continue
-        for name in sorted(n for n in names if not n.startswith((".", "_"))):
-            yield os.path.join(folder, name), day
 
 
 def _scan_json(

@@ -54,7 +54,7 @@ def with_row_status(logs_df: DataFrame) -> DataFrame:
     reason = reason.when(F.col("served_at").isNull(), F.lit("null_served_at")).when(
         F.col("results").isNull(), F.lit("null_results")
     )
-    raw = F.to_json(F.struct(*[F.col(c) for c in logs_df.columns if c != PARTITION_DATE]))
+    raw = F.to_json(F.struct(*[column(c) for c in logs_df.columns if c != PARTITION_DATE]))
     return logs_df.withColumns(
         {
             "metric_date": metric_date,
@@ -64,6 +64,11 @@ def with_row_status(logs_df: DataFrame) -> DataFrame:
             ),
         }
     )
+
+
+def column(name: str) -> Column:
+    """The column called `name`, whatever characters it has (`a.b` is not a nested field)."""
+    return F.col("`" + name.replace("`", "``") + "`")
 
 
 def with_segment_values(logs_df: DataFrame, segment_by: Sequence[str]) -> DataFrame:

@@ -34,7 +34,7 @@ from logmetrics import ledger
 from logmetrics.config import Config
 from logmetrics.distributions import daily_distributions, with_segments
 from logmetrics.errors import InputError, LogmetricsError
-from logmetrics.file_scan import CorruptInput, scan_served_logs
+from logmetrics.file_scan import CorruptInput, scan_served_logs, undated_rows
 from logmetrics.metrics import (
     cluster_keys,
     explode_windows,
@@ -177,6 +177,13 @@ def _corrupt_inputs(
         )
     for item in corrupt:
         log.warning("quarantined, its days fail readable_inputs: %s", item.describe())
+    undated = undated_rows(spark, source)
+    if undated:
+        log.warning(
+            "%d row(s) of the served logs have no usable served_at and no date partition to "
+            "place them by: no day can count them (they are in no table)",
+            undated,
+        )
     return corrupt
 
 

@@ -281,7 +281,8 @@ QUARANTINE = StructType(
         _field(
             "reason",
             StringType(),
-            "null_request_id, null_served_at, null_results, null_chunk_id or null_rank.",
+            "null_request_id, invalid_served_at, null_served_at, null_results, null_chunk_id, "
+            "null_rank, corrupt_file or corrupt_line.",
             False,
         ),
         _field("request_id", StringType(), "The request, where known."),

@@ -215,6 +215,7 @@ def replace_where(
     """Replace the rows of `table` matching `predicate` with `df`'s rows, in one Delta commit."""
     ref = table_ref(output, table)
     ensure_table(spark, ref)
+    log.debug("writing %s where %s", ref, predicate)
     writer = (
         conform(df, table.schema)
         .repartition(*table.partition_by)  # one file per partition, whatever came upstream

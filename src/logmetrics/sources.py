@@ -11,12 +11,12 @@ import datetime as dt
 import hashlib
 import os
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -42,6 +42,7 @@ from logmetrics.config import (
     ServedLogsInput,
 )
 from logmetrics.errors import InputError
+from logmetrics.schemas import SERVED_LOGS
 
 _PARTITION_DIR = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\d{4}-\d{2}-\d{2})$")
 
@@ -153,22 +154,39 @@ def load_raw_served_logs(
         extra = [StructField(n, StringType()) for n in segment_by if n not in JSON_LOGS.names]
         schema = StructType([*JSON_LOGS.fields, *extra, StructField(CORRUPT_RECORD, StringType())])
         reader = reader.schema(schema).option("columnNameOfCorruptRecord", CORRUPT_RECORD)
-        return _load(reader, "json", source.path, skip_files)
+        return reader.json(source.path)
     if source.format != "parquet":
         return reader.format(source.format).load(source.path)
-    inferred = reader.format("parquet").load(source.path).schema
-    return _load(reader.schema(_widened(inferred)), "parquet", source.path, skip_files)
+    paths = [source.path]
+    root = local_path(source.path)
+    if skip_files and root is not None:  # the scan's corrupt files: listed here, not by Spark
+        skipped = {file_key(f) for f in skip_files}
+        paths = [f for f, _ in data_files(root, partition) if file_key(f) not in skipped]
+        reader = reader.option("basePath", source.path)
+        if not paths:  # every file is corrupt: no rows
+            columns = list(SERVED_LOGS.fields)
+            if partition is not None:
+                columns.append(StructField(partition, StringType()))
+            return spark.createDataFrame([], StructType(columns))
+    inferred = reader.parquet(*paths).schema  # one file's footer (Spark's rule)
+    return reader.schema(_widened(inferred)).parquet(*paths)
 
 
-def _load(reader: DataFrameReader, fmt: str, path: str, skip_files: Collection[str]) -> DataFrame:
-    df = reader.format(fmt).load(path)
-    if not skip_files:
-        return df
-    skipped = {file_key(f) for f in skip_files}
-    kept = [f for f in df.inputFiles() if file_key(f) not in skipped]
-    if not kept:  # every file is corrupt: no rows, with the schema the reader has
-        return df.limit(0)
-    return reader.format(fmt).option("basePath", path).load(kept)
+def data_files(
+    root: str, partition: str | None, lo: dt.date | None = None, hi: dt.date | None = None
+) -> Iterator[tuple[str, dt.date | None]]:
+    """The data files below a local `root` that Spark reads (hidden and `_` names skipped),
+    each with its date partition's date; partitions outside lo..hi are pruned."""
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+        day = None
+        if partition is not None:
+            day = partition_dir_date(os.path.relpath(folder, root), partition)
+            if day is not None and lo is not None and hi is not None and not lo <= day <= hi:
+                dirs[:] = []
+                continue
+        for name in sorted(n for n in names if not n.startswith((".", "_"))):
+            yield os.path.join(folder, name), day
 
 
 def file_key(path: str) -> str:
