@@ -71,7 +71,7 @@ def test_backfill_in_a_fresh_process_then_a_missing_column(tmp_path: Path) -> No
     assert bad.returncode == 1
     lines = bad.stderr.strip().splitlines()
     assert lines[-1] == (
-        "logmetrics: error: served logs at broken: required column 'results' is missing "
-        "(found: request_id, served_at)"
+        f"logmetrics: error: served logs at broken: file {broken / 'part.parquet'}: "
+        "required column 'results' is missing (found: request_id, served_at)"
     )
     assert not any("Traceback" in line or "\tat " in line for line in lines)
