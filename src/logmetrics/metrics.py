@@ -73,9 +73,19 @@ def column(name: str) -> Column:
 
 def with_segment_values(logs_df: DataFrame, segment_by: Sequence[str]) -> DataFrame:
     """`segment_values`: the row's `segment_by` columns as text, in that order ('(null)' for a
-    null), carried to the request's row for the segmented daily tables."""
+    null), carried to the request's row for the segmented daily tables. Without segments there
+    is no column: nothing is carried through the explode for nothing."""
+    if not segment_by:
+        return logs_df
     values = [F.coalesce(F.col(c).cast("string"), F.lit(NULL_SEGMENT_VALUE)) for c in segment_by]
-    return logs_df.withColumn("segment_values", F.array(*values).cast("array<string>"))
+    return logs_df.withColumn(SEGMENT_VALUES, F.array(*values).cast("array<string>"))
+
+
+SEGMENT_VALUES = "segment_values"
+
+
+def _segment_values(df: DataFrame) -> list[str]:
+    return [SEGMENT_VALUES] if SEGMENT_VALUES in df.columns else []
 
 
 def partition_by_request(logs_df: DataFrame) -> DataFrame:
@@ -131,7 +141,7 @@ def explode_entries(logs_df: DataFrame) -> DataFrame:
         "served_at",
         "copies",
         "conflicting_copies",
-        "segment_values",
+        *_segment_values(logs_df),
     ]
     results = F.when(~F.col("is_malformed"), F.col("results"))
     results_type = logs_df.schema["results"].dataType
@@ -259,7 +269,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
             "copies",
             "conflicting_copies",
             "malformed_row",
-            "segment_values",
+            *_segment_values(keyed_entries_df),
             is_valid.cast("int").alias("is_valid"),
             is_missing.cast("int").alias("is_missing"),
             (is_valid & (F.col("rank") <= 0)).cast("int").alias("is_non_positive"),
@@ -274,7 +284,8 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
             F.min("served_at").alias("served_at"),
             F.max("copies").alias("copies"),
             F.max("conflicting_copies").alias("conflicting_copies"),
-            F.first("segment_values").alias("segment_values"),  # one copy: one value
+            # One copy, one value (malformed copies keep the first's, which nothing reads).
+            *[F.first(c).alias(c) for c in _segment_values(keyed_entries_df)],
             F.sum("is_valid").alias("results"),
             F.sum("is_missing").alias("missing_cluster_results"),
             F.sum("is_non_positive").alias("non_positive_ranks"),
@@ -302,7 +313,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
             "served_at",
             "copies",
             "conflicting_copies",
-            "segment_values",
+            *_segment_values(keyed_entries_df),
             *[F.col(c).cast("int").alias(c) for c in COUNTS],
             windows(F.col("new_slots"), ks).alias("windows"),
             "new_slots",
