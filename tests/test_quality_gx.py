@@ -19,7 +19,7 @@ COUNT_CHECKS = [
     ("unique_request_ids", "duplicate_request_ids"),
     ("unique_cluster_chunk_ids", "cluster_duplicate_chunk_ids"),
     ("non_empty_cluster_ids", "cluster_empty_ids"),
-    ("consistent_duplicates", "conflicting_duplicate_rows"),
+    ("consistent_duplicates", "conflicting_requests"),
     ("readable_inputs", "corrupt_inputs"),
 ]
 
@@ -38,7 +38,7 @@ def _day(day: dt.date = DAY, **overrides: Any) -> dict[str, Any]:
         "cluster_empty_ids": 0,
         "queries": 1_000,
         "trailing_queries_mean": 1_000.0,
-        "conflicting_duplicate_rows": 0,
+        "conflicting_requests": 0,
         "corrupt_inputs": 0,
     }
     row.update(overrides)

@@ -335,7 +335,8 @@ def test_conflicting_copies_of_a_request_keep_the_earliest_and_are_counted(
         for r in _table(spark, tmp_path, "data_quality")
         if r["check"] == "consistent_duplicates"
     }
-    # `other` differs from the kept copy (rows[1]); `earlier` is kept and rows[2] differs.
+    # Two requests have copies that disagree: rows[1] (with `other`) and rows[2] (`earlier`,
+    # the kept one, has an empty list); rows[0]'s redelivery repeats it.
     assert checks[START]["observed_value"] == 2.0
     assert not checks[START]["success"] and checks[START]["severity"] == "warning"
     assert checks[DATES[1]]["observed_value"] == 0.0

@@ -105,8 +105,8 @@ def filter_first_copies(logs_df: DataFrame) -> DataFrame:
     """Redelivered copies count once: of the served rows of one (metric_date, request_id), the
     copy with the earliest served_at is kept, ties by a hash of its content, so the choice does
     not depend on the order rows arrive in. `copies` counts the rows read for the request, and
-    `conflicting_copies` those whose results differ from the kept copy's (by content hash): a
-    redelivery repeats its results; a conflict is another list under the same id.
+    `conflicting` says whether their results differ (by content hash): a redelivery repeats its
+    results; a conflict is another list under the same id.
 
     Malformed rows are all kept (each goes to the quarantine). The window runs inside the
     partitions `partition_by_request` made.
@@ -114,21 +114,19 @@ def filter_first_copies(logs_df: DataFrame) -> DataFrame:
     request = Window.partitionBy(*REQUEST_KEY)
     ordered = request.orderBy("served_at", "copy_hash")
     whole = request.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    kept_hash = F.first("copy_hash").over(
-        ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    )
+    copy_hash = F.col("copy_hash")
     return (
         logs_df.withColumn("copy_hash", F.xxhash64("results"))
         .withColumns(
             {
                 "copies": F.count(F.lit(1)).over(whole),
+                # One pass with `copies`: the copies disagree iff their hashes are not all one.
+                "conflicting": (F.min(copy_hash).over(whole) != F.max(copy_hash).over(whole)),
                 "copy": F.row_number().over(ordered),
-                "conflicting": (F.col("copy_hash") != kept_hash).cast("int"),
             }
         )
-        .withColumn("conflicting_copies", F.sum("conflicting").over(whole))
         .where(F.col("is_malformed") | (F.col("copy") == 1))
-        .drop("copy", "copy_hash", "conflicting")
+        .drop("copy", "copy_hash")
     )
 
 
@@ -140,7 +138,7 @@ def explode_entries(logs_df: DataFrame) -> DataFrame:
         "malformed_row",
         "served_at",
         "copies",
-        "conflicting_copies",
+        "conflicting",
         *_segment_values(logs_df),
     ]
     results = F.when(~F.col("is_malformed"), F.col("results"))
@@ -267,7 +265,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
             *REQUEST_KEY,
             "served_at",
             "copies",
-            "conflicting_copies",
+            "conflicting",
             "malformed_row",
             *_segment_values(keyed_entries_df),
             is_valid.cast("int").alias("is_valid"),
@@ -283,7 +281,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
         .agg(
             F.min("served_at").alias("served_at"),
             F.max("copies").alias("copies"),
-            F.max("conflicting_copies").alias("conflicting_copies"),
+            F.max("conflicting").alias("conflicting"),
             # One copy, one value (malformed copies keep the first's, which nothing reads).
             *[F.first(c).alias(c) for c in _segment_values(keyed_entries_df)],
             F.sum("is_valid").alias("results"),
@@ -312,7 +310,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
             "is_malformed",
             "served_at",
             "copies",
-            "conflicting_copies",
+            "conflicting",
             *_segment_values(keyed_entries_df),
             *[F.col(c).cast("int").alias(c) for c in COUNTS],
             windows(F.col("new_slots"), ks).alias("windows"),

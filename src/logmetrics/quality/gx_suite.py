@@ -63,7 +63,7 @@ FACT_COLUMNS: tuple[str, ...] = (
     "cluster_empty_ids",
     "queries",
     "trailing_queries_mean",
-    "conflicting_duplicate_rows",
+    "conflicting_requests",
     "corrupt_inputs",
 )
 
@@ -162,10 +162,10 @@ def _gates(max_missing: float, max_malformed: float, min_volume: float) -> tuple
         _Gate("volume", "volume_ratio", min_volume, None, _volume_ratio),
         _Gate(
             "consistent_duplicates",
-            "conflicting_duplicate_rows",
+            "conflicting_requests",
             0.0,
             0.0,
-            count("conflicting_duplicate_rows"),
+            count("conflicting_requests"),
         ),
         _Gate("readable_inputs", "corrupt_inputs", 0.0, 0.0, count("corrupt_inputs")),
     )
