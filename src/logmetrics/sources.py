@@ -169,7 +169,7 @@ def load_raw_served_logs(
                 columns.append(StructField(partition, StringType()))
             return spark.createDataFrame([], StructType(columns))
     inferred = reader.parquet(*paths).schema  # one file's footer (Spark's rule)
-    return reader.schema(_widened(inferred)).parquet(*paths)
+    return reader.schema(widened(inferred)).parquet(*paths)
 
 
 def data_files(
@@ -198,16 +198,12 @@ def file_key(path: str) -> str:
 def widened(data_type: DataType) -> Any:
     """`data_type` with every integer widened to bigint and float to double (all nullable):
     what Parquet files of one dataset are read as, whatever width each file stores."""
-    return _widened(data_type)
-
-
-def _widened(data_type: DataType) -> Any:
     if isinstance(data_type, StructType):
         return StructType(
-            [StructField(f.name, _widened(f.dataType), True) for f in data_type.fields]
+            [StructField(f.name, widened(f.dataType), True) for f in data_type.fields]
         )
     if isinstance(data_type, ArrayType):
-        return ArrayType(_widened(data_type.elementType), True)
+        return ArrayType(widened(data_type.elementType), True)
     if isinstance(data_type, IntegralType):
         return LongType()
     if isinstance(data_type, FloatType):
