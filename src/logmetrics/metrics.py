@@ -111,9 +111,9 @@ def filter_first_copies(logs_df: DataFrame) -> DataFrame:
     Malformed rows are all kept (each goes to the quarantine). The window runs inside the
     partitions `partition_by_request` made.
     """
-    request = Window.partitionBy(*REQUEST_KEY)
-    ordered = request.orderBy("served_at", "copy_hash")
-    whole = request.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    ordered = Window.partitionBy(*REQUEST_KEY).orderBy("served_at", "copy_hash")
+    # The whole request, in the same order as `copy`: one sort serves both windows.
+    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     copy_hash = F.col("copy_hash")
     return (
         logs_df.withColumn("copy_hash", F.xxhash64("results"))
@@ -335,7 +335,7 @@ def _null_if_empty(values: Column) -> Column:
 
 def new_slots(keys: Column) -> Column:
     """array<boolean>: whether each key is the first occurrence of its value in `keys`."""
-    return F.transform(keys, lambda key, i: ~F.array_contains(F.slice(keys, 1, i), key))
+    return F.transform(keys, lambda key, i: F.array_position(keys, key) == i + 1)
 
 
 def unique_clusters_at(new_slots: Column, k: int) -> Column:
