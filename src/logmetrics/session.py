@@ -93,6 +93,9 @@ def local_conf(settings: SparkConfig) -> dict[str, str]:
         "spark.sql.adaptive.enabled": "true",
         # Small Delta logs: rebuilding a snapshot over the default 50 partitions is pure overhead.
         "spark.databricks.delta.snapshotPartitions": "2",
+        # The per-request frame is cached once and scanned by every table of a chunk: on one
+        # machine the CPU to compress and decompress it costs more than the memory it saves.
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
     conf.update(settings.conf)
     conf.update(RUNTIME_CONF)  # not overridable: metric_date is the UTC date of served_at
