@@ -5,6 +5,8 @@
   warehouse. Only the CLI, the config and the output tables are used: no internals.
 - `duckdb`: the SQL reference (`benchmarks.duckdb_reference`).
 - `naive`: the textbook Spark plan (`benchmarks.naive_spark`).
+- `floor`: less than the metric work in Spark, a lower bound (`benchmarks.floor_spark`; run by
+  `python -m benchmarks.floor`, not by `make bench`).
 
 Every run gets its own directory, emptied first; the outputs of the last run of each
 (workload, engine) stay there for the correctness check.
@@ -21,7 +23,7 @@ from typing import Protocol
 
 import yaml
 
-from benchmarks import duckdb_reference, naive_spark
+from benchmarks import duckdb_reference, floor_spark, naive_spark
 from benchmarks.datasets import Dataset
 
 # logmetrics' output tables, under output.warehouse (its README, "Outputs").
@@ -205,3 +207,25 @@ class NaiveSpark:
             "by_query": str(run_dir / naive_spark.BY_QUERY_DIR),
             "daily": str(run_dir / naive_spark.DAILY_DIR),
         }
+
+
+class FloorSpark:
+    """The floor, `python -m benchmarks.floor_spark`: timed only, its outputs are not the metric."""
+
+    name = "floor"
+
+    def prepare(self, workload: Workload, run_dir: Path) -> list[str]:
+        fresh_dir(run_dir)
+        return [
+            sys.executable,
+            "-m",
+            "benchmarks.floor_spark",
+            *workload.job_arguments(),
+            "--driver-memory",
+            DRIVER_MEMORY,
+            "--out",
+            str(run_dir),
+        ]
+
+    def outputs(self, run_dir: Path) -> dict[str, str]:
+        return {"format": "parquet", "by_query": str(run_dir / floor_spark.BY_QUERY_DIR)}

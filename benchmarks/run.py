@@ -72,8 +72,8 @@ class Plan:
 def build_plan(args: argparse.Namespace) -> Plan:
     """Generate (or reuse) both datasets and lay out the workloads over them."""
     third = args.days // 3
-    top10 = _dataset(args, list_length=10, days=args.days)
-    top20 = _dataset(args, list_length=20, days=third)
+    top10 = dataset(args, list_length=10, days=args.days)
+    top20 = dataset(args, list_length=20, days=third)
     workloads = [
         Workload(f"top10-{args.days}d", top10, args.days),
         Workload(f"top10-{third}d", top10, third),
@@ -89,7 +89,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
     )
 
 
-def _dataset(args: argparse.Namespace, list_length: int, days: int) -> Dataset:
+def dataset(args: argparse.Namespace, list_length: int, days: int) -> Dataset:
     spec = DatasetSpec(
         name=f"top{list_length}-{days}d-{args.queries_per_day}q-seed{args.seed}",
         start=START,
