@@ -187,13 +187,14 @@ class NaiveSpark:
     """The naive plan, `python -m benchmarks.naive_spark`."""
 
     name = "naive"
+    module = "benchmarks.naive_spark"
 
     def prepare(self, workload: Workload, run_dir: Path) -> list[str]:
         fresh_dir(run_dir)
         return [
             sys.executable,
             "-m",
-            "benchmarks.naive_spark",
+            self.module,
             *workload.job_arguments(),
             "--driver-memory",
             DRIVER_MEMORY,
@@ -209,23 +210,11 @@ class NaiveSpark:
         }
 
 
-class FloorSpark:
+class FloorSpark(NaiveSpark):
     """The floor, `python -m benchmarks.floor_spark`: timed only, its outputs are not the metric."""
 
     name = "floor"
-
-    def prepare(self, workload: Workload, run_dir: Path) -> list[str]:
-        fresh_dir(run_dir)
-        return [
-            sys.executable,
-            "-m",
-            "benchmarks.floor_spark",
-            *workload.job_arguments(),
-            "--driver-memory",
-            DRIVER_MEMORY,
-            "--out",
-            str(run_dir),
-        ]
+    module = "benchmarks.floor_spark"
 
     def outputs(self, run_dir: Path) -> dict[str, str]:
         return {"format": "parquet", "by_query": str(run_dir / floor_spark.BY_QUERY_DIR)}

@@ -26,8 +26,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from benchmarks.datasets import job_parser
-from benchmarks.naive_spark import start_spark
+from benchmarks.naive_spark import spark_job
 
 BY_QUERY_DIR = "by_query"
 
@@ -106,13 +105,8 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = job_parser("python -m benchmarks.floor_spark", __doc__.split("\n\n")[0])
-    parser.add_argument("--driver-memory", default="4g")
-    args = parser.parse_args(argv)
-    spark = start_spark(args.driver_memory)
-    spark.sparkContext.setLogLevel("WARN")
+    args, spark, ks = spark_job("benchmarks.floor_spark", __doc__, argv)
     spark.conf.set("spark.sql.shuffle.partitions", "8")  # as logmetrics' local default
-    ks = sorted({int(k) for k in args.ks.split(",")})
     run(spark, args.served_logs, args.clusters, args.start, args.end, ks, args.out)
     spark.stop()
     return 0

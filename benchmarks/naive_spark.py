@@ -185,17 +185,21 @@ def run(
     daily(written, max(ks), threshold).write.mode("overwrite").parquet(str(out_dir / DAILY_DIR))
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = job_parser("python -m benchmarks.naive_spark", __doc__.split("\n\n")[0])
+def spark_job(
+    module: str, doc: str, argv: Sequence[str] | None
+) -> tuple[argparse.Namespace, SparkSession, list[int]]:
+    """A Spark engine process's start: its options (`job_parser` and `--driver-memory`), the
+    session, and the ks."""
+    parser = job_parser(f"python -m {module}", doc.split("\n\n")[0])
     parser.add_argument("--driver-memory", default="4g")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    spark = start_spark(args.driver_memory)
+    spark.sparkContext.setLogLevel("WARN")
+    return args, spark, sorted({int(k) for k in args.ks.split(",")})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse_args(argv)
-    spark = start_spark(args.driver_memory)
-    spark.sparkContext.setLogLevel("WARN")
-    ks = sorted({int(k) for k in args.ks.split(",")})
+    args, spark, ks = spark_job("benchmarks.naive_spark", __doc__, argv)
     run(
         spark,
         args.served_logs.resolve(),
