@@ -21,7 +21,7 @@ from benchmarks import machine
 from benchmarks.engines import DuckDBReference, Engine, FloorSpark, Workload
 from benchmarks.measure import run_measured
 from benchmarks.report import GIB
-from benchmarks.run import REPO, dataset, run_dir
+from benchmarks.run import REPO, data_options, dataset, run_dir
 
 log = logging.getLogger("benchmarks")
 
@@ -74,15 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.floor", description=__doc__.split("\n")[0]
+    parser = data_options(
+        argparse.ArgumentParser(
+            prog="python -m benchmarks.floor", description=__doc__.split("\n")[0]
+        )
     )
-    parser.add_argument("--days", type=int, default=90)
-    parser.add_argument("--queries-per-day", type=int, default=40_000)
-    parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--data-dir", type=Path, default=REPO / "bench-data")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "bench-out")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "floor.json")
     args = parser.parse_args(argv)
     args.data_dir, args.out_dir = args.data_dir.resolve(), args.out_dir.resolve()

@@ -252,13 +252,21 @@ def build_results(
     }
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks", description=__doc__.split("\n")[0]
-    )
+def data_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options that pick the generated data (`dataset`) and where runs go; resolve the two
+    directories after parsing."""
     parser.add_argument("--days", type=int, default=90, help="days of the long workload")
     parser.add_argument("--queries-per-day", type=int, default=40_000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--data-dir", type=Path, default=REPO / "bench-data")
+    parser.add_argument("--out-dir", type=Path, default=REPO / "bench-out")
+    return parser
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = data_options(
+        argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    )
     parser.add_argument("--repeats", type=int, default=3, help="rounds of timed runs")
     parser.add_argument(
         "--naive-repeats", type=int, default=1, help="rounds that include the naive plan (0: none)"
@@ -266,8 +274,6 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--timeout", type=float, default=3600, help="seconds after which a run is killed"
     )
-    parser.add_argument("--data-dir", type=Path, default=REPO / "bench-data")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "bench-out")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results.json")
     parser.add_argument("--readme", type=Path, default=REPO / "benchmarks" / "README.md")
     args = parser.parse_args(argv)
