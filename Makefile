@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-fast lint format lock clean test-deploy bench \
+.PHONY: install demo test test-fast lint format lock clean test-deploy bench bench-fixed-cost \
 	cluster-up cluster-down cluster-status test-cluster
 
 install: $(STAMP)
@@ -39,6 +39,11 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: install $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
+# The fixed-cost stage of `make bench` alone (benchmarks/README.md, "Fixed cost"): the platform
+# floor, a nightly day and a tiny day, alternately. E.g. BENCH_ARGS='--rounds 5'.
+bench-fixed-cost: install $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.fixed_cost $(BENCH_ARGS)
 
 # A Spark standalone master, two workers and a Spark Connect server with Delta, on loopback
 # (docs/cluster.md): the same job through spark-submit and through SPARK_REMOTE. Ports from

@@ -27,8 +27,13 @@ def describe(repo: Path) -> dict[str, Any]:
         "delta_spark": _version("delta-spark"),
         "duckdb": _version("duckdb"),
         "logmetrics": _version("logmetrics"),
-        "git_commit": _run(["git", "-C", str(repo), "describe", "--always", "--dirty"]),
+        "git_commit": git_commit(repo),
     }
+
+
+def git_commit(repo: Path) -> str:
+    """The checkout's commit, `-dirty` when it has uncommitted changes."""
+    return _run(["git", "-C", str(repo), "describe", "--always", "--dirty"])
 
 
 def summary_line(machine: dict[str, Any]) -> str:

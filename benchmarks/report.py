@@ -235,12 +235,15 @@ def _count(value: int | None) -> str:
     return f"{value / 1000:.0f}k" if value >= 1000 else str(value)
 
 
-def update_readme(readme: Path, section: str) -> bool:
+def update_readme(
+    readme: Path, section: str, markers: tuple[str, str] = (README_START, README_END)
+) -> bool:
     """Replace what is between the markers with `section`; False when the markers are missing."""
+    start, end = markers
     text = readme.read_text(encoding="utf-8") if readme.exists() else ""
-    if README_START not in text or README_END not in text:
+    if start not in text or end not in text:
         return False
-    head, rest = text.split(README_START, 1)
-    _, tail = rest.split(README_END, 1)
-    readme.write_text(f"{head}{README_START}\n{section}{README_END}{tail}", encoding="utf-8")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    readme.write_text(f"{head}{start}\n{section}{end}{tail}", encoding="utf-8")
     return True

@@ -7,8 +7,10 @@
    so that a slow spell of the machine hits all of them alike; `--repeats` rounds.
 3. Where logmetrics' time goes, from the Spark event log of its last 90-day run.
 4. Correctness: every engine's last outputs against the DuckDB reference's (`benchmarks.check`).
-5. benchmarks/results.json, the table in benchmarks/README.md, the table on stdout. Exit 1 if
-   a run failed or an output differs from the reference.
+5. benchmarks/results.json, the table in benchmarks/README.md, the table on stdout.
+6. The fixed-cost runs (`benchmarks.fixed_cost`, `--repeats` rounds): a nightly day and a tiny
+   one against the platform floor, recorded the same way.
+Exit 1 if a run failed or an output differs from the reference.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import duckdb
 
-from benchmarks import eventlog, machine, report
+from benchmarks import eventlog, fixed_cost, machine, report
 from benchmarks.datasets import Dataset, DatasetSpec, ensure_dataset
 from benchmarks.engines import (
     DRIVER_MEMORY,
@@ -276,7 +278,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results.json")
     parser.add_argument("--readme", type=Path, default=REPO / "benchmarks" / "README.md")
+    fixed_cost.baseline_option(parser)
     args = parser.parse_args(argv)
+    if args.baseline_repo is not None:
+        args.baseline_repo = args.baseline_repo.resolve()
     if args.days < 3 or args.repeats < 1:
         parser.error("--days must be at least 3 and --repeats at least 1")
     args.data_dir, args.out_dir = args.data_dir.resolve(), args.out_dir.resolve()
@@ -295,7 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not report.update_readme(args.readme, section):
         log.warning("%s has no results markers; the table is only printed", args.readme)
     print(section)
+    fixed = fixed_cost.run(argparse.Namespace(**{**vars(args), "rounds": args.repeats}))
+    print(fixed_cost.record(fixed, args.results, args.readme))
     failed = [f"{r.workload} {r.engine}" for r in records if not r.ok]
+    failed += [label for label, summary in fixed["checkouts"].items() if not summary["ok"]]
     wrong = [name for name, verdict in checks.items() if not verdict.get("ok")]
     if failed or wrong or not checks:
         log.error("failed runs: %s; outputs differing from the reference: %s", failed, wrong)
