@@ -59,6 +59,32 @@ def test_local_session_gets_delta_and_utc_and_user_settings_win() -> None:
     assert Path(conf["spark.jars.ivySettings"]).is_file()
 
 
+@pytest.mark.parametrize(
+    ("profile", "days", "c1_only", "adaptive"),
+    [
+        ("auto", 1, True, "false"),  # a nightly day: start-up dominates
+        ("auto", None, True, "false"),  # report, maintain: no day computed
+        ("auto", 3, True, "false"),
+        ("auto", 4, False, "true"),  # a backfill: throughput dominates
+        ("short", 90, True, "false"),
+        ("long", 1, False, "true"),
+    ],
+)
+def test_the_jvm_profile_follows_the_run_length_unless_set(
+    profile: str, days: int | None, c1_only: bool, adaptive: str
+) -> None:
+    conf = local_conf(SparkConfig(profile=profile), days)  # type: ignore[arg-type]
+    java = conf["spark.driver.extraJavaOptions"]
+    assert "-Duser.timezone=UTC" in java
+    assert ("-XX:TieredStopAtLevel=1" in java) is c1_only
+    assert ("-XX:+UseSerialGC" in java) is c1_only
+    assert conf["spark.sql.adaptive.enabled"] == adaptive
+    mine = {"spark.driver.extraJavaOptions": "-Dx=1", "spark.sql.adaptive.enabled": "true"}
+    conf = local_conf(SparkConfig(profile=profile, conf=mine), days)  # type: ignore[arg-type]
+    assert conf["spark.driver.extraJavaOptions"] == "-Dx=1"
+    assert conf["spark.sql.adaptive.enabled"] == "true"
+
+
 def test_session_time_zone_stays_utc_whatever_the_config_says() -> None:
     conf = local_conf(SparkConfig(conf={"spark.sql.session.timeZone": "Europe/Paris"}))
     assert conf["spark.sql.session.timeZone"] == "UTC"

@@ -344,6 +344,16 @@ class SparkConfig(_Section):
         default="logs",
         description="Where the local Spark JVM's own output goes (null: to the terminal).",
     )
+    profile: Literal["auto", "short", "long"] = Field(
+        default="auto",
+        description=(
+            "How logmetrics tunes the local JVM it starts. short: a run dominated by start-up "
+            "(a nightly day, report, maintain): the quick JIT compiler only, the serial "
+            "collector, no adaptive query execution; long: a backfill dominated by throughput: "
+            "Spark's defaults. auto: short for runs of at most 3 days, long beyond. "
+            "spark.conf settings win over both."
+        ),
+    )
     conf: dict[str, str] = Field(
         default_factory=dict,
         description="Extra Spark settings, applied as given; none may look like a secret.",

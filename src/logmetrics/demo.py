@@ -69,7 +69,7 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> in
         raise ConfigError(
             "demo: inputs.clusters must be a Delta table at <served_logs parent>/clusters"
         )
-    spark = get_spark(config.spark)
+    spark = get_spark(config.spark, days=days)
     params = {
         "start": DEMO_START.isoformat(),
         "days": days,
