@@ -36,7 +36,7 @@ from logmetrics.schemas import (
     QUARANTINE,
     REDUNDANCY_COST,
 )
-from logmetrics.sources import delta_path_identifier, read_delta_path
+from logmetrics.sources import delta_path_identifier, local_path, read_delta_path
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,16 +44,22 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Table:
+    """A Delta table logmetrics writes. Only `unique_clusters_by_query` is partitioned (by
+    metric_date): Delta's guidance is to partition a table only when each partition holds about
+    a gigabyte, and the daily tables hold a few hundred rows a day. They are replaced per
+    metric_date all the same (`replaceWhere` works on any column), one file per write."""
+
     name: str
     schema: StructType
     comment: str
-    partition_by: tuple[str, ...] = ("metric_date",)
+    partition_by: tuple[str, ...] = ()
 
 
 BY_QUERY_TABLE = Table(
     "unique_clusters_by_query",
     BY_QUERY,
     "unique_clusters@k per served request and k; grain (metric_date, request_id, k).",
+    partition_by=("metric_date",),
 )
 DAILY_TABLE = Table(
     "unique_clusters_daily",
@@ -92,7 +98,6 @@ JOB_RUNS_TABLE = Table(
     "job_runs",
     JOB_RUNS,
     "The run ledger: one row per (run, day) when a day starts and when it ends.",
-    partition_by=(),
 )
 
 EVALUATION_RESULTS_TABLE = Table(
@@ -101,6 +106,20 @@ EVALUATION_RESULTS_TABLE = Table(
     "Judged evaluation (logmetrics evaluate): metric@k per run and query, and the mean (ALL).",
     partition_by=("run",),
 )
+
+
+OUTPUT_TABLES = (
+    BY_QUERY_TABLE,
+    DAILY_TABLE,
+    K_SWEEP_TABLE,
+    REDUNDANCY_COST_TABLE,
+    DATA_QUALITY_TABLE,
+    QUARANTINE_TABLE,
+    MISSING_CLUSTER_CHUNKS_TABLE,
+    JOB_RUNS_TABLE,
+    EVALUATION_RESULTS_TABLE,
+)
+"""Every table logmetrics writes, for `logmetrics maintain`."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +188,9 @@ def ensure_table(spark: SparkSession, ref: TableRef) -> None:
     Delta's SQL extension, while the DeltaTable API needs the Delta Connect server plugin."""
     if str(ref) in _ENSURED:
         return
+    if ref.location is not None and _is_local_delta_table(ref.location):
+        _ENSURED.add(str(ref))  # a local path we can look at: no statement for nothing
+        return
     table = ref.table
     columns = ", ".join(_column_ddl(field) for field in table.schema.fields)
     partitioned = f" PARTITIONED BY ({', '.join(table.partition_by)})" if table.partition_by else ""
@@ -179,6 +201,17 @@ def ensure_table(spark: SparkSession, ref: TableRef) -> None:
     )
     _retry_conflicts(lambda: spark.sql(statement), f"create {ref}")
     _ENSURED.add(str(ref))
+
+
+def _is_local_delta_table(location: str) -> bool:
+    """Whether a local path already holds a Delta table: its log has a commit or a checkpoint
+    (old commits are cleaned up once a checkpoint covers them)."""
+    local = local_path(location)
+    log_dir = os.path.join(local, "_delta_log") if local is not None else None
+    if log_dir is None or not os.path.isdir(log_dir):
+        return False
+    with os.scandir(log_dir) as entries:
+        return any(e.name.endswith(".json") or e.name == "_last_checkpoint" for e in entries)
 
 
 def _column_ddl(field: StructField) -> str:
@@ -216,10 +249,11 @@ def replace_where(
     ref = table_ref(output, table)
     ensure_table(spark, ref)
     log.debug("writing %s where %s", ref, predicate)
+    rows = conform(df, table.schema)
+    # One file per partition, or per write of an unpartitioned table, whatever came upstream.
+    rows = rows.repartition(*table.partition_by) if table.partition_by else rows.coalesce(1)
     writer = (
-        conform(df, table.schema)
-        .repartition(*table.partition_by)  # one file per partition, whatever came upstream
-        .write.format("delta")
+        rows.write.format("delta")
         .mode("overwrite")
         .option("replaceWhere", predicate)
         .option("mergeSchema", "true")  # a newer logmetrics may add columns: additive only
@@ -235,6 +269,48 @@ def append(spark: SparkSession, df: DataFrame, output: OutputConfig, table: Tabl
         conform(df, table.schema).write.format("delta").mode("append").option("mergeSchema", "true")
     )
     _retry_conflicts(lambda: _save(writer, ref), f"append to {ref}")
+
+
+def optimize(spark: SparkSession, output: OutputConfig, table: Table) -> tuple[int, int] | None:
+    """Compact the table's small files (Delta's OPTIMIZE, which changes no row): (files
+    removed, files added), or None when the table does not exist yet. A nightly run adds a few
+    small files to each table; compacting them now and then keeps reads fast."""
+    target = _existing_target(spark, output, table)
+    if target is None:
+        return None
+    row = _retry_conflicts(
+        lambda: spark.sql(f"OPTIMIZE {target}").select("metrics.*").first(), f"optimize {target}"
+    )
+    return (int(row.numFilesRemoved), int(row.numFilesAdded)) if row is not None else (0, 0)
+
+
+def vacuum(spark: SparkSession, output: OutputConfig, table: Table, retain_hours: int) -> bool:
+    """Delete the files no version of the last `retain_hours` hours reads (Delta's VACUUM):
+    what replaced days and compaction left behind. False when the table does not exist."""
+    target = _existing_target(spark, output, table)
+    if target is None:
+        return False
+    # VACUUM lists the table's files in this many Spark tasks (10,000 by default: half a
+    # minute of task scheduling for a table of a few hundred files on one machine).
+    listing = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+    before = spark.conf.get(listing) or "10000"
+    spark.conf.set(listing, "8")
+    try:
+        spark.sql(f"VACUUM {target} RETAIN {int(retain_hours)} HOURS").collect()
+    finally:
+        spark.conf.set(listing, before)
+    return True
+
+
+def _existing_target(spark: SparkSession, output: OutputConfig, table: Table) -> str | None:
+    """The table's SQL name (catalog name, or delta.`path`), or None before its first write."""
+    ref = table_ref(output, table)
+    if ref.name is not None:
+        return ref.name if spark.catalog.tableExists(ref.name) else None
+    location = str(ref.location)
+    if read_delta_path(spark, location) is None:
+        return None
+    return delta_path_identifier(location)
 
 
 def read_table(spark: SparkSession, output: OutputConfig, table: Table) -> DataFrame | None:
