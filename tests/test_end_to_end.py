@@ -5,7 +5,9 @@ The expected numbers come from the pure-Python reference run over the same gener
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +18,21 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import reference
+from logmetrics import pipeline
 from logmetrics.cli import main
 from logmetrics.demo import generate_dataset
 from logmetrics.schemas import BY_QUERY, DAILY, K_SWEEP, REDUNDANCY_COST, column_names
 from logmetrics.sinks import (
     BY_QUERY_TABLE,
     DAILY_TABLE,
+    DATA_QUALITY_TABLE,
     K_SWEEP_TABLE,
+    MISSING_CLUSTER_CHUNKS_TABLE,
+    QUARANTINE_TABLE,
     REDUNDANCY_COST_TABLE,
     Table,
+    TableRef,
+    ensure_table,
 )
 
 pytestmark = pytest.mark.slow
@@ -294,6 +302,99 @@ def test_rerunning_a_range_or_a_day_changes_nothing_and_touches_no_other_day(
     assert last is not None
     assert last.operation == "WRITE"
     assert middle.isoformat() in last.operationParameters["predicate"]
+
+
+def test_a_hash_collision_is_caught_and_the_day_computed_again_under_another_salt(
+    spark: SparkSession,
+    dataset: Path,
+    warehouse: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The cluster keys of salt 0 are used at once and checked beside the main pass: with every
+    cluster key forced onto one hash under salt 0, the check catches it before anything is
+    written, and the day is computed again under salt 1, to the very rows of a normal run."""
+    real = pipeline.cluster_keys
+
+    def colliding(clusters_df: DataFrame, salt: int = 0) -> DataFrame:
+        keys = real(clusters_df, salt)
+        return keys.withColumn("cluster_hash", F.lit(7).cast("long")) if salt == 0 else keys
+
+    monkeypatch.setattr(pipeline, "cluster_keys", colliding)
+    other = tmp_path / "wh"
+    config = _write_config(tmp_path / "job.yaml", dataset, other)
+    with caplog.at_level(logging.WARNING, logger="logmetrics"):
+        assert _backfill(config, START, START) == 0
+    assert "hash collision in the cluster table with salt 0" in caplog.text
+    for name, keys in (
+        ("unique_clusters_by_query", ["metric_date", "request_id", "k"]),
+        ("unique_clusters_daily", ["metric_date", "k"]),
+    ):
+        day = F.col("metric_date") == F.lit(START)
+        expected = _rows(_table(spark, warehouse, name).where(day), keys)
+        assert _rows(_table(spark, other, name), keys) == expected
+
+
+SMALL_TABLES = (
+    DAILY_TABLE,
+    K_SWEEP_TABLE,
+    REDUNDANCY_COST_TABLE,
+    DATA_QUALITY_TABLE,
+    QUARANTINE_TABLE,
+    MISSING_CLUSTER_CHUNKS_TABLE,
+)
+
+
+def test_a_warehouse_of_the_partitioned_layout_keeps_working(
+    spark: SparkSession, dataset: Path, warehouse: Path, tmp_path: Path
+) -> None:
+    """Before the daily tables went unpartitioned, every table was partitioned by metric_date:
+    such a warehouse is written as before (its tables keep their layout) and gets the rows a
+    new warehouse gets."""
+    old = tmp_path / "wh"
+    for table in SMALL_TABLES:
+        partitioned = dataclasses.replace(table, partition_by=("metric_date",))
+        ensure_table(spark, TableRef(partitioned, location=str(old / table.name)))
+    config = _write_config(tmp_path / "job.yaml", dataset, old)
+    assert _backfill(config, START, START) == 0
+    for table in SMALL_TABLES:
+        detail = spark.sql(f"DESCRIBE DETAIL delta.`{old / table.name}`").first()
+        assert detail is not None and list(detail.partitionColumns) == ["metric_date"]
+    day = F.col("metric_date") == F.lit(START)
+    for name, keys in (
+        ("unique_clusters_daily", ["metric_date", "k"]),
+        ("unique_clusters_k_sweep", ["metric_date", "k"]),
+    ):
+        expected = _rows(_table(spark, warehouse, name).where(day), keys)
+        assert _rows(_table(spark, old, name), keys) == expected
+
+
+def test_maintain_compacts_every_table_without_changing_a_row(
+    spark: SparkSession, dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    warehouse = tmp_path / "wh"
+    config = _write_config(tmp_path / "job.yaml", dataset, warehouse)
+    for day in (START, START + dt.timedelta(days=1)):  # two nightly runs: two files a table
+        assert main(["run", "--config", str(config), "--date", str(day)]) == 0
+    daily = f"delta.`{warehouse / 'unique_clusters_daily'}`"
+
+    def files() -> int:
+        detail = spark.sql(f"DESCRIBE DETAIL {daily}").first()
+        assert detail is not None
+        return int(detail.numFiles)
+
+    before = _rows(_table(spark, warehouse, "unique_clusters_daily"), ["metric_date", "k"])
+    assert files() == 2
+    capsys.readouterr()
+    assert main(["maintain", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "unique_clusters_daily: OPTIMIZE compacted 2 file(s) into 1" in out
+    assert "evaluation_results: not written yet" in out
+    assert files() == 1
+    after = _rows(_table(spark, warehouse, "unique_clusters_daily"), ["metric_date", "k"])
+    assert after == before
+    assert main(["maintain", "--config", str(config), "--vacuum-retain-hours", "1"]) == 2
 
 
 def test_a_day_without_traffic_is_published_as_zero_queries(

@@ -6,6 +6,7 @@
     logmetrics report   --config FILE [--start D1 --end D2] --out DIR   PNGs + index.html
     logmetrics demo                                              generate, backfill, print, report
     logmetrics evaluate --config FILE                            judged runs: recall, nDCG, clusters
+    logmetrics maintain --config FILE [--no-vacuum]              OPTIMIZE and VACUUM every table
 
 Exit status: 0 success, 1 bad input or a failed run, 2 bad config or command line.
 """
@@ -18,6 +19,7 @@ import json
 import logging
 import re
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,9 +35,11 @@ _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point; returns the exit status."""
+    started = time.time(), time.perf_counter()
     parser = _parser()
     try:
         args = parser.parse_args(argv)
+        args.started = started
         args.run_id = uuid.uuid4().hex[:12]
         _setup_logging(args.log_level, args.log_format, args.run_id)
         return int(args.handler(args))
@@ -131,6 +135,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     _config_arguments(evaluate)
     evaluate.set_defaults(handler=_cmd_evaluate)
+
+    maintain = commands.add_parser(
+        "maintain",
+        help="compact the tables' small files (OPTIMIZE) and delete files no recent version "
+        "reads (VACUUM)",
+    )
+    _config_arguments(maintain)
+    maintain.add_argument(
+        "--vacuum-retain-hours",
+        type=_positive_int,
+        default=VACUUM_RETAIN_HOURS,
+        help=f"keep the files of the last N hours' versions (default {VACUUM_RETAIN_HOURS}, "
+        "Delta's own minimum: readers and time travel within it stay safe)",
+    )
+    maintain.add_argument("--no-vacuum", action="store_true", help="compact only")
+    maintain.set_defaults(handler=_cmd_maintain)
 
     demo = commands.add_parser("demo", help="generate a month of traffic, backfill it, print it")
     demo.add_argument("--config", action="append", default=None, help=f"default {DEMO_CONFIG}")
@@ -268,27 +288,42 @@ def _setup_logging(level: str, log_format: str, run_id: str) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     day = args.date or (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1))
     config = load_config(args.config, args.set)
-    return _compute(config, day, day, args.run_id)
+    return _compute(config, day, day, args.run_id, args.started)
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
     if args.start > args.end:
         raise ConfigError(f"--start {args.start} is after --end {args.end}")
     config = load_config(args.config, args.set)
-    return _compute(config, args.start, args.end, args.run_id, skip_done=not args.force)
+    return _compute(
+        config, args.start, args.end, args.run_id, args.started, skip_done=not args.force
+    )
 
 
 def _compute(
-    config: Config, start: dt.date, end: dt.date, run_id: str, skip_done: bool = False
+    config: Config,
+    start: dt.date,
+    end: dt.date,
+    run_id: str,
+    started: tuple[float, float],
+    skip_done: bool = False,
 ) -> int:
+    from logmetrics.phases import Phases
     from logmetrics.pipeline import run_range
+    from logmetrics.quality.gx_suite import warm_up
     from logmetrics.session import get_spark
     from logmetrics.sources import check_inputs_exist
 
     check_inputs_exist(config.inputs)
     computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    spark = get_spark(config.spark)
-    summary = run_range(spark, config, start, end, run_id, computed_at, skip_done=skip_done)
+    warm_up(config.quality)  # great-expectations loads while Spark starts
+    spark = get_spark(config.spark, days=(end - start).days + 1)
+    phases = Phases()
+    phases.add("start-up", started[0], time.perf_counter() - started[1])
+    summary = run_range(
+        spark, config, start, end, run_id, computed_at, skip_done=skip_done, phases=phases
+    )
+    log.info("where the time went: %s", phases.describe(), extra={"fields": phases.fields()})
     log.info(
         "run %s done: %d day(s), %d queries, cluster table version %s",
         run_id,
@@ -355,6 +390,35 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         print()
         print(f"{b} vs {a} (paired randomisation test, two-sided):")
         print(format_comparison(summary.comparison, a, b))
+    return 0
+
+
+VACUUM_RETAIN_HOURS = 168
+
+
+def _cmd_maintain(args: argparse.Namespace) -> int:
+    if args.vacuum_retain_hours < VACUUM_RETAIN_HOURS:
+        raise ConfigError(
+            f"--vacuum-retain-hours {args.vacuum_retain_hours} is below Delta's minimum of "
+            f"{VACUUM_RETAIN_HOURS}: a shorter window can delete files a running reader needs"
+        )
+    config = load_config(args.config, args.set)
+    from logmetrics.session import get_spark
+    from logmetrics.sinks import OUTPUT_TABLES, optimize, table_ref, vacuum
+
+    spark = get_spark(config.spark)
+    for table in OUTPUT_TABLES:
+        where = table_ref(config.output, table)
+        compacted = optimize(spark, config.output, table)
+        if compacted is None:
+            print(f"{table.name}: not written yet ({where})")
+            continue
+        removed, added = compacted
+        line = f"{table.name}: OPTIMIZE compacted {removed} file(s) into {added}"
+        if not args.no_vacuum:
+            vacuum(spark, config.output, table, args.vacuum_retain_hours)
+            line += f"; VACUUM kept the files of the last {args.vacuum_retain_hours} hours"
+        print(line)
     return 0
 
 

@@ -68,15 +68,61 @@ def daily_distributions(
             *[F.count(F.when(F.col("unique_clusters") == i, True)) for i in range(max_k + 1)]
         ).alias("counts_by_value"),
     )
-    zeros = F.array_repeat(F.lit(0).cast("long"), max_k + 1)
+    histogram = F.slice("counts_by_value", 1, F.col("k") + 1).alias("histogram")
+    return daily_rows(counts.select("*", histogram), calendar_df, threshold)
+
+
+def request_aggregates(ks: Sequence[int]) -> list[Column]:
+    """Aggregates over per-request rows (`metrics.to_requests`, whose `windows` hold one
+    unique_clusters per k of `ks`, in that order): what `daily_from_sums` needs, so that the
+    daily rows of every k come from one aggregation of the requests, not one per k.
+
+    `histograms` holds one (k, histogram) per k: index i counts the requests with exactly i
+    distinct clusters in their top-k."""
+
+    def at(i: int) -> Column:
+        return F.col("windows")[i]["unique_clusters"]
+
+    histograms = [
+        F.struct(
+            F.lit(k).alias("k"),
+            F.array(*[F.count(F.when(at(i) == v, True)) for v in range(k + 1)]).alias("histogram"),
+        )
+        for i, k in enumerate(ks)
+    ]
+    return [
+        F.count(F.when(F.col("results") == 0, True)).alias("empty_queries"),
+        F.sum("results").cast("long").alias("results"),
+        F.sum("missing_cluster_results").cast("long").alias("missing_cluster_results"),
+        F.array(*histograms).alias("histograms"),
+    ]
+
+
+def daily_from_sums(sums_df: DataFrame, calendar_df: DataFrame, threshold: int) -> DataFrame:
+    """`daily_distributions`' rows from per-(metric_date, segment, segment_value) sums that
+    carry `queries` and `request_aggregates` (`slots.day_sums`)."""
+    per_k = sums_df.select(
+        "metric_date",
+        *SEGMENT_KEY,
+        *_COUNT_COLUMNS,
+        F.inline("histograms"),
+    )
+    return daily_rows(per_k, calendar_df, threshold)
+
+
+def daily_rows(counts_df: DataFrame, calendar_df: DataFrame, threshold: int) -> DataFrame:
+    """Counts and `histogram` per (metric_date, k, segment, segment_value) -> the daily rows:
+    every all-traffic (metric_date, k) of the calendar (zero counts for a day without
+    queries), with the histogram's statistics."""
+    zeros = F.array_repeat(F.lit(0).cast("long"), F.col("k") + 1)
     return (
-        with_calendar(counts, calendar_df)
+        with_calendar(counts_df, calendar_df)
         .select(
             "metric_date",
             "k",
             *SEGMENT_KEY,
             *[F.coalesce(F.col(c), F.lit(0).cast("long")).alias(c) for c in _COUNT_COLUMNS],
-            F.slice(F.coalesce("counts_by_value", zeros), 1, F.col("k") + 1).alias("histogram"),
+            F.coalesce("histogram", zeros).alias("histogram"),
         )
         .transform(with_histogram_statistics, threshold)
     )

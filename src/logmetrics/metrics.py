@@ -206,6 +206,18 @@ def key_hash_collisions(keys_df: DataFrame) -> DataFrame:
     return chunks.unionByName(clusters).where(F.col("values") > 1)
 
 
+def key_hash_checks() -> list[Column]:
+    """Aggregates over `cluster_keys` rows: whether each hash is exact over the table (no two
+    chunk ids share a `chunk_hash`, no two cluster keys a `cluster_hash`). The same verdict as
+    an empty `key_hash_collisions`, in one aggregation that can ride along with others."""
+    return [
+        (F.countDistinct("chunk_hash") == F.count(F.lit(1))).alias("chunk_hashes_exact"),
+        (F.countDistinct("cluster_hash") == F.countDistinct("cluster_key")).alias(
+            "cluster_hashes_exact"
+        ),
+    ]
+
+
 def singleton_key(chunk_id: Column) -> Column:
     return F.concat(F.lit(SINGLETON_PREFIX), chunk_id)
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 from pyspark import StorageLevel
@@ -32,24 +33,27 @@ from pyspark.sql.types import (
 
 from logmetrics import ledger
 from logmetrics.config import Config
-from logmetrics.distributions import daily_distributions, with_segments
+from logmetrics.distributions import daily_from_sums, with_segments
 from logmetrics.errors import InputError, LogmetricsError
 from logmetrics.file_scan import CorruptInput, scan_served_logs, undated_rows
 from logmetrics.metrics import (
     cluster_keys,
     explode_windows,
     filter_served_requests,
-    key_hash_collisions,
+    key_hash_checks,
     requests_by_key,
 )
+from logmetrics.phases import Phases
 from logmetrics.quality.facts import (
-    cluster_facts,
+    CLUSTER_FACT_COLUMNS,
+    cluster_fact_aggregates,
     day_facts,
     quarantined_rows,
     top_missing_chunks,
 )
 from logmetrics.quality.gx_suite import CheckResult, evaluate
 from logmetrics.quality.policy import DayVerdict, describe, verdicts
+from logmetrics.schemas import ALL_TRAFFIC
 from logmetrics.sinks import (
     BY_QUERY_TABLE,
     DAILY_TABLE,
@@ -64,10 +68,11 @@ from logmetrics.sinks import (
     replace_dates,
     with_run_stamp,
 )
-from logmetrics.slots import k_sweep, redundancy_cost, slot_sums
+from logmetrics.slots import day_sums, k_sweep, redundancy_cost
 from logmetrics.sources import inputs_fingerprint, read_clusters, read_served_logs
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -118,17 +123,21 @@ def run_range(
     run_id: str,
     computed_at: dt.datetime,
     skip_done: bool = False,
+    phases: Phases | None = None,
 ) -> RunSummary:
     """Compute every date in start..end and publish the ones the failure policy allows; other
     dates are never touched. With `skip_done`, days the ledger has as published with the same
-    inputs and config are skipped (a resumed backfill)."""
-    clusters = read_clusters(spark, config.inputs.clusters)
+    inputs and config are skipped (a resumed backfill). `phases` records where the time goes."""
+    phases = phases or Phases()
+    with phases.timed("inputs"):
+        clusters = read_clusters(spark, config.inputs.clusters)
+        inputs = inputs_fingerprint(spark, config.inputs, clusters)
     stamp = RunStamp(run_id, computed_at, clusters.version)
     summary = RunSummary(run_id=run_id, cluster_table_version=clusters.version)
-    inputs = inputs_fingerprint(spark, config.inputs, clusters)
     dates = [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
     if skip_done:
-        done = ledger.done_dates(spark, config.output, dates, config.fingerprint(), inputs)
+        with phases.timed("ledger read"):
+            done = ledger.done_dates(spark, config.output, dates, config.fingerprint(), inputs)
         if done:
             log.info("skipping %d day(s) already done with the same inputs and config", len(done))
         dates = [d for d in dates if d not in done]
@@ -142,23 +151,55 @@ def run_range(
     )
     if not dates:
         return summary
-    corrupt = _corrupt_inputs(spark, config, dates[0], dates[-1])
-    keys_df, salt = keyed_clusters(clusters.df)
-    cluster_counts = cluster_facts(keys_df).first()
-    assert cluster_counts is not None  # a global aggregate always has one row
-    counts = cluster_counts.asDict()
-    broadcast = counts.pop("cluster_chunks") <= BROADCAST_MAX_CHUNKS
+    with phases.timed("input scan"):
+        corrupt = _corrupt_inputs(spark, config, dates[0], dates[-1])
+    with phases.timed("cluster table rows"):
+        # Rows bound the distinct chunk ids from above, and Spark counts them from metadata.
+        broadcast = clusters.df.count() <= BROADCAST_MAX_CHUNKS
     began = time.monotonic()
-    try:
-        for chunk_dates in date_chunks(dates, config.backfill.days_per_chunk):
-            chunk_began = time.monotonic()
-            chunk_corrupt = [c for c in corrupt if c.days(chunk_dates)]
-            chunk = _Chunk(spark, config, chunk_dates, stamp, counts, inputs, chunk_corrupt)
-            days = chunk.compute_and_publish(keys_df, salt, broadcast)
-            summary.days.extend(days)
-            _log_progress(summary, days, len(dates), chunk_began, began)
-    finally:
-        keys_df.unpersist()
+    with _SideBySide(phases) as side:
+        keys = start_cluster_keys(clusters.df, 0, side)
+        # One `started` row per day of the run, in one commit beside the first chunk's work.
+        started = side.submit(
+            "ledger started",
+            _record,
+            spark,
+            config,
+            stamp,
+            inputs,
+            [(d, ledger.STARTED, None) for d in dates],
+        )
+        history = side.submit("volume history", _volume_history, spark, config, dates)
+        published: dict[dt.date, int] = {}  # queries of the days this run has published
+        try:
+            for chunk_dates in date_chunks(dates, config.backfill.days_per_chunk):
+                chunk_began = time.monotonic()
+                chunk_corrupt = [c for c in corrupt if c.days(chunk_dates)]
+                chunk = _Chunk(
+                    spark,
+                    config,
+                    chunk_dates,
+                    stamp,
+                    inputs,
+                    chunk_corrupt,
+                    phases,
+                    side,
+                    started,
+                    history,
+                    published,
+                )
+                while True:
+                    try:
+                        days = chunk.compute_and_publish(keys, broadcast)
+                        break
+                    except _HashCollision:  # nothing was written: the chunk is done again
+                        log.warning("hash collision in the cluster table with salt %d", keys.salt)
+                        keys.df.unpersist()
+                        keys = start_cluster_keys(clusters.df, keys.salt + 1, side)
+                summary.days.extend(days)
+                _log_progress(summary, days, len(dates), chunk_began, began)
+        finally:
+            keys.df.unpersist()
     return summary
 
 
@@ -193,16 +234,145 @@ and the logs are never shuffled after the explode; above it, Spark plans a shuff
 HASH_SALTS = 4
 
 
+def _record(
+    spark: SparkSession,
+    config: Config,
+    stamp: RunStamp,
+    inputs: str,
+    entries: list[tuple[dt.date, str, dict[str, int] | None]],
+    finished_at: dt.datetime | None = None,
+) -> None:
+    """Append ledger rows for the run (`inputs`: the inputs fingerprint)."""
+    ledger.record(
+        spark,
+        config.output,
+        entries,
+        stamp.run_id,
+        stamp.computed_at,
+        config.fingerprint(),
+        stamp.cluster_table_version,
+        inputs,
+        finished_at,
+    )
+
+
+def _volume_history(
+    spark: SparkSession, config: Config, dates: Sequence[dt.date]
+) -> dict[dt.date, int]:
+    """All-traffic queries of the days published from `volume_window_days` before the run's
+    first date to the day before its last: the volume gate's baseline, read once per run (the
+    days the run publishes itself replace theirs as it goes)."""
+    if not config.quality.enabled:
+        return {}
+    daily = read_table(spark, config.output, DAILY_TABLE)
+    if daily is None:
+        return {}
+    window = config.quality.volume_window_days
+    rows = (
+        daily.where(
+            F.col("metric_date").between(
+                F.lit(dates[0] - dt.timedelta(days=window)),
+                F.lit(dates[-1] - dt.timedelta(days=1)),
+            )
+            & (F.col("k") == min(config.metrics.ks))
+            & (F.col("segment") == ALL_TRAFFIC)
+        )
+        .select("metric_date", "queries")
+        .collect()
+    )
+    return {row.metric_date: int(row.queries) for row in rows}
+
+
+class _HashCollision(Exception):
+    """Two chunk ids or two cluster keys share a hash under the keys' salt."""
+
+
+@dataclass(frozen=True)
+class ClusterKeys:
+    """`cluster_keys` of the cluster table under one salt, persisted, and the check, running
+    beside the work that uses them, that its hashes are exact (no two chunk ids share a
+    `chunk_hash`, no two cluster keys a `cluster_hash`) with the table's facts for the quality
+    gates (`quality.facts.CLUSTER_FACT_COLUMNS`)."""
+
+    df: DataFrame
+    salt: int
+    check: Future[dict[str, int] | None]
+
+    def facts(self) -> dict[str, int]:
+        """The cluster table's facts; `_HashCollision` if the hashes are not exact."""
+        facts = self.check.result()
+        if facts is None:
+            raise _HashCollision(self.salt)
+        return facts
+
+
+def start_cluster_keys(clusters_df: DataFrame, salt: int, side: _SideBySide) -> ClusterKeys:
+    """The keys under `salt`, usable at once; their check runs as a side step. A collision
+    (never seen in practice) is found before anything is written, and the caller computes the
+    chunk again under the next salt, so unique_clusters stays exact."""
+    if salt >= HASH_SALTS:
+        raise LogmetricsError(f"cluster keys collide under {HASH_SALTS} different hashes")
+    keys_df = cluster_keys(clusters_df, salt).persist(StorageLevel.MEMORY_AND_DISK)
+    return ClusterKeys(keys_df, salt, side.submit("cluster keys", _exact_key_facts, keys_df))
+
+
+def _exact_key_facts(keys_df: DataFrame) -> dict[str, int] | None:
+    """The cluster table's facts if both hashes are exact over it, else None: one aggregation."""
+    row = keys_df.agg(*cluster_fact_aggregates(), *key_hash_checks()).first()
+    assert row is not None  # a global aggregate always has one row
+    if not (row.chunk_hashes_exact and row.cluster_hashes_exact):
+        return None
+    return {c: int(row[c]) for c in CLUSTER_FACT_COLUMNS}
+
+
 def keyed_clusters(clusters_df: DataFrame) -> tuple[DataFrame, int]:
-    """`cluster_keys`, persisted, and its salt: hashes that no two chunk ids and no two cluster
-    keys share (checked: another salt is tried on a collision, so unique_clusters stays exact)."""
+    """`cluster_keys`, persisted, and a salt whose hashes are exact over the table (checked
+    here, salt after salt)."""
     for salt in range(HASH_SALTS):
         keys_df = cluster_keys(clusters_df, salt).persist(StorageLevel.MEMORY_AND_DISK)
-        if key_hash_collisions(keys_df).isEmpty():
+        if _exact_key_facts(keys_df) is not None:
             return keys_df, salt
         log.warning("hash collision in the cluster table with salt %d: trying another", salt)
         keys_df.unpersist()
     raise LogmetricsError(f"cluster keys collide under {HASH_SALTS} different hashes")
+
+
+class _SideBySide:
+    """Steps of a chunk run from threads of the process's one SparkSession, each timed as a
+    phase: the Delta commits of different tables cannot conflict and Spark's scheduler is
+    thread-safe, so their fixed latencies overlap instead of adding up. Leaving the block
+    waits for every step."""
+
+    def __init__(self, phases: Phases) -> None:
+        self._phases = phases
+        self._pool = ThreadPoolExecutor(
+            max_workers=int(__import__("os").environ.get("LM_WORKERS", "12")),
+            thread_name_prefix="logmetrics",
+        )
+
+    def __enter__(self) -> _SideBySide:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True)
+
+    def submit(self, name: str, step: Callable[..., T], *args: Any) -> Future[T]:
+        return self._pool.submit(self._timed, name, step, *args)
+
+    def _timed(self, name: str, step: Callable[..., T], *args: Any) -> T:
+        with self._phases.timed(name):
+            return step(*args)
+
+
+def _wait_all(futures: Sequence[Future[Any]]) -> None:
+    """Wait for every step, then raise the first failure (no step is left running)."""
+    wait(futures)
+    for future in futures:
+        future.result()
+
+
+Write = tuple[DataFrame, Table]
+"""A table's rows for the chunk's days (or the published ones), and the table."""
 
 
 @dataclass(frozen=True)
@@ -213,43 +383,46 @@ class _Chunk:
     config: Config
     dates: list[dt.date]
     stamp: RunStamp
-    cluster_counts: dict[str, Any]
     inputs: str  # the inputs fingerprint, for the ledger
     corrupt: list[CorruptInput]  # unreadable files and lines that may hold these days' rows
+    phases: Phases
+    side: _SideBySide  # the run's side steps
+    started: Future[None]  # the run's `started` ledger rows
+    history: Future[dict[dt.date, int]]  # queries of the days published before the run
+    published: dict[dt.date, int]  # queries of the days the run's earlier chunks published
 
-    def compute_and_publish(
-        self, keys_df: DataFrame, salt: int, broadcast: bool
-    ) -> list[DayResult]:
-        config = self.config
-        self._record([(d, ledger.STARTED, None) for d in self.dates])
-        metrics = config.metrics
-        logs_df = read_served_logs(
-            self.spark,
-            config.inputs.logs(),
-            self.dates[0],
-            self.dates[-1],
-            metrics.segment_by,
-            skip_files=[c.file for c in self.corrupt if c.line is None],
-        )
-        requests_df = requests_by_key(
-            logs_df, keys_df, metrics.ks, salt, broadcast, metrics.segment_by
-        ).persist(StorageLevel.MEMORY_AND_DISK)
+    def compute_and_publish(self, keys: ClusterKeys, broadcast: bool) -> list[DayResult]:
+        """Every table's commit runs side by side with the others; the `published` ledger rows
+        are appended once all of them (and the run's `started` rows) have committed."""
+        requests_df = self._requests(keys, broadcast).persist(StorageLevel.MEMORY_AND_DISK)
+        writes: list[Future[None]] = []
         try:
-            facts = pd.DataFrame(day_facts(requests_df, self._days_df()).toPandas())
+            with self.phases.timed("main pass"):
+                facts = pd.DataFrame(day_facts(requests_df, self._days_df()).toPandas())
             facts["corrupt_inputs"] = [
                 sum(day in c.days(self.dates) for c in self.corrupt) for day in facts["metric_date"]
             ]
-            checks = self._checks(facts)
+            cluster = keys.facts()  # waits for the keys' check: exact, or computed again
+            with self.phases.timed("gates"):
+                known = {**self.history.result(), **self.published}
+                checks = self._checks(facts, cluster, known)
             day_verdicts = verdicts(self.dates, checks)
-            self._write_diagnostics(requests_df, checks)
             publish = [
                 v.metric_date
                 for v in day_verdicts
-                if v.passed or config.quality.on_failure == "warn"
+                if v.passed or self.config.quality.on_failure == "warn"
             ]
+            tables = [(df, t, self.dates) for df, t in self._diagnostics(requests_df, checks)]
             if publish:
-                self._publish(requests_df, facts, day_verdicts, publish)
+                published = self._published(requests_df, facts, day_verdicts, publish)
+                tables += [(df, t, publish) for df, t in published]
+            writes += [
+                self.side.submit(f"write {table.name}", self._write, df, table, dates)
+                for df, table, dates in tables
+            ]
+            _wait_all([*writes, self.started])
         finally:
+            wait(writes)  # no write still reads the cached requests
             requests_df.unpersist()
         counts = {
             r.metric_date: {
@@ -259,46 +432,60 @@ class _Chunk:
             }
             for r in facts.itertuples()
         }
-        self._record(
-            [(d, ledger.PUBLISHED if d in publish else ledger.HELD, counts[d]) for d in self.dates],
-            finished_at=dt.datetime.now(dt.UTC),
-        )
+        with self.phases.timed("ledger published"):
+            _record(
+                self.spark,
+                self.config,
+                self.stamp,
+                self.inputs,
+                [
+                    (d, ledger.PUBLISHED if d in publish else ledger.HELD, counts[d])
+                    for d in self.dates
+                ],
+                finished_at=dt.datetime.now(dt.UTC),
+            )
+        self.published.update((d, counts[d]["queries"]) for d in publish)
         return [
             DayResult(v.metric_date, counts[v.metric_date]["queries"], v.metric_date in publish, v)
             for v in day_verdicts
         ]
 
-    def _record(
-        self,
-        entries: list[tuple[dt.date, str, dict[str, int] | None]],
-        finished_at: dt.datetime | None = None,
-    ) -> None:
-        ledger.record(
+    def _requests(self, keys: ClusterKeys, broadcast: bool) -> DataFrame:
+        """The chunk's logs, one row per (metric_date, request_id, is_malformed): the one pass."""
+        metrics = self.config.metrics
+        logs_df = read_served_logs(
             self.spark,
-            self.config.output,
-            entries,
-            self.stamp.run_id,
-            self.stamp.computed_at,
-            self.config.fingerprint(),
-            self.stamp.cluster_table_version,
-            self.inputs,
-            finished_at,
+            self.config.inputs.logs(),
+            self.dates[0],
+            self.dates[-1],
+            metrics.segment_by,
+            skip_files=[c.file for c in self.corrupt if c.line is None],
+        )
+        return requests_by_key(
+            logs_df, keys.df, metrics.ks, keys.salt, broadcast, metrics.segment_by
         )
 
-    def _checks(self, facts: pd.DataFrame) -> list[CheckResult]:
+    def _checks(
+        self, facts: pd.DataFrame, cluster: dict[str, int], known: dict[dt.date, int]
+    ) -> list[CheckResult]:
         if not self.config.quality.enabled:
             return []
-        judged = facts.assign(**self.cluster_counts)
-        judged["trailing_queries_mean"] = self._trailing_queries_mean(facts)
+        judged = facts.assign(
+            **{name: count for name, count in cluster.items() if name != "cluster_chunks"}
+        )
+        judged["trailing_queries_mean"] = self._trailing_queries_mean(facts, known)
         return evaluate(judged, self.config.quality)
 
-    def _trailing_queries_mean(self, facts: pd.DataFrame) -> list[float | None]:
+    def _trailing_queries_mean(
+        self, facts: pd.DataFrame, known: dict[dt.date, int]
+    ) -> list[float | None]:
         """Mean queries of the `volume_window_days` days before each day: published days from
-        earlier runs, and this chunk's own days."""
+        earlier runs (`known`), and this chunk's own days."""
         window = self.config.quality.volume_window_days
-        first = self.dates[0] - dt.timedelta(days=window)
-        known = self._published_queries(first, self.dates[0] - dt.timedelta(days=1))
-        known.update(zip(facts["metric_date"], (int(q) for q in facts["queries"]), strict=True))
+        known = {
+            **known,
+            **dict(zip(facts["metric_date"], (int(q) for q in facts["queries"]), strict=True)),
+        }
         means: list[float | None] = []
         for day in facts["metric_date"]:
             before = [
@@ -309,36 +496,12 @@ class _Chunk:
             means.append(sum(before) / len(before) if before else None)
         return means
 
-    def _published_queries(self, first: dt.date, last: dt.date) -> dict[dt.date, int]:
-        daily = read_table(self.spark, self.config.output, DAILY_TABLE)
-        if daily is None:
-            return {}
-        rows = (
-            daily.where(
-                F.col("metric_date").between(F.lit(first), F.lit(last))
-                & (F.col("k") == min(self.config.metrics.ks))
-            )
-            .select("metric_date", "queries")
-            .collect()
-        )
-        return {row.metric_date: int(row.queries) for row in rows}
-
-    def _write_diagnostics(self, requests_df: DataFrame, checks: list[CheckResult]) -> None:
+    def _diagnostics(self, requests_df: DataFrame, checks: list[CheckResult]) -> list[Write]:
         """quarantine, missing_cluster_chunks and data_quality: written for every day, pass or
         fail, so that no row vanishes without a trace and every verdict is on record."""
-        output, stamp = self.config.output, self.stamp
-        quarantine_df = with_run_stamp(
-            quarantined_rows(requests_df).unionByName(self._corrupt_rows()), stamp
-        )
-        replace_dates(self.spark, quarantine_df, output, QUARANTINE_TABLE, self.dates)
+        quarantine_df = quarantined_rows(requests_df).unionByName(self._corrupt_rows())
         missing_df = top_missing_chunks(requests_df, self.config.quality.missing_chunks_top_n)
-        replace_dates(
-            self.spark,
-            with_run_stamp(missing_df, stamp),
-            output,
-            MISSING_CLUSTER_CHUNKS_TABLE,
-            self.dates,
-        )
+        writes = [(quarantine_df, QUARANTINE_TABLE), (missing_df, MISSING_CLUSTER_CHUNKS_TABLE)]
         if self.config.quality.enabled:
             checks_df = self.spark.createDataFrame(
                 [
@@ -349,52 +512,44 @@ class _Chunk:
                 "metric_date date, check string, success boolean, observed_value double, "
                 "threshold double, severity string, details string",
             )
-            replace_dates(
-                self.spark,
-                with_run_stamp(checks_df, stamp),
-                output,
-                DATA_QUALITY_TABLE,
-                self.dates,
-            )
+            writes.append((checks_df, DATA_QUALITY_TABLE))
+        return writes
 
-    def _publish(
+    def _published(
         self,
         requests_df: DataFrame,
         facts: pd.DataFrame,
         day_verdicts: Sequence[DayVerdict],
         publish: list[dt.date],
-    ) -> None:
-        """Exactly the `publish` days of unique_clusters_by_query, unique_clusters_daily,
-        unique_clusters_k_sweep and redundancy_cost_daily, in that order."""
+    ) -> list[Write]:
+        """The `publish` days of unique_clusters_by_query, and of unique_clusters_daily,
+        unique_clusters_k_sweep and redundancy_cost_daily, which all come from one aggregation
+        of the requests (`day_sums`: a few hundred rows, brought to the driver)."""
         metrics, cost = self.config.metrics, self.config.cost
-        max_k = max(metrics.ks)
         served_df = requests_df.transform(filter_served_requests).where(
             F.col("metric_date").isin(publish)
         )
-        by_query_df = served_df.transform(explode_windows)
         segmented_df = served_df.transform(with_segments, metrics.segment_by)
-        daily_df = daily_distributions(
-            segmented_df.transform(explode_windows),
-            self._calendar(publish, metrics.ks),
-            max_k=max_k,
-            threshold=metrics.threshold,
+        with self.phases.timed("daily sums"):
+            sums_df = self._local(day_sums(segmented_df, metrics.ks, cost.tokens_per_slot))
+        daily_df = daily_from_sums(
+            sums_df, self._calendar(publish, metrics.ks), metrics.threshold
         ).join(self._day_status(facts, day_verdicts), on="metric_date", how="inner")
-        self._write(by_query_df, BY_QUERY_TABLE, publish)
-        self._write(daily_df, DAILY_TABLE, publish)
-        sums_df = slot_sums(segmented_df, max_k, cost.tokens_per_slot).persist()
-        try:
-            every_k = self._calendar(publish, range(1, max_k + 1))
-            sweep_df = k_sweep(sums_df, every_k)
-            cost_df = redundancy_cost(
-                sums_df,
-                every_k,
-                cost.tokens_per_slot,
-                cost.usd_per_million_input_tokens,
-            )
-            self._write(sweep_df, K_SWEEP_TABLE, publish)
-            self._write(cost_df, REDUNDANCY_COST_TABLE, publish)
-        finally:
-            sums_df.unpersist()
+        every_k = self._calendar(publish, range(1, max(metrics.ks) + 1))
+        cost_df = redundancy_cost(
+            sums_df, every_k, cost.tokens_per_slot, cost.usd_per_million_input_tokens
+        )
+        return [
+            (served_df.transform(explode_windows), BY_QUERY_TABLE),
+            (daily_df, DAILY_TABLE),
+            (k_sweep(sums_df, every_k), K_SWEEP_TABLE),
+            (cost_df, REDUNDANCY_COST_TABLE),
+        ]
+
+    def _local(self, df: DataFrame) -> DataFrame:
+        """A small result collected once (as Arrow) and handed back as a local relation: what
+        is derived from it plans and runs on the driver's copy, not on the cached requests."""
+        return self.spark.createDataFrame(df.toArrow())
 
     def _write(self, df: DataFrame, table: Table, dates: list[dt.date]) -> None:
         replace_dates(self.spark, with_run_stamp(df, self.stamp), self.config.output, table, dates)

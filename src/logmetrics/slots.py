@@ -14,10 +14,12 @@ the sum of new_at[1..k], the redundant slots of the top-k are filled - new over 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from logmetrics.distributions import SEGMENT_KEY, total, with_calendar
+from logmetrics.distributions import SEGMENT_KEY, request_aggregates, total, with_calendar
 
 
 def slot_sums(segmented_df: DataFrame, max_k: int, tokens_per_slot: int) -> DataFrame:
@@ -27,6 +29,26 @@ def slot_sums(segmented_df: DataFrame, max_k: int, tokens_per_slot: int) -> Data
     `segmented_df` holds served requests (`new_slots`, `slot_tokens`) with the segment columns
     of `distributions.with_segments`. A result without `tokens` costs `tokens_per_slot`.
     """
+    return segmented_df.groupBy("metric_date", *SEGMENT_KEY).agg(
+        F.count(F.lit(1)).alias("queries"), *slot_aggregates(max_k, tokens_per_slot)
+    )
+
+
+def day_sums(segmented_df: DataFrame, ks: Sequence[int], tokens_per_slot: int) -> DataFrame:
+    """Everything the daily tables need, in one aggregation of the served requests: per
+    (metric_date, segment, segment_value), `slot_sums`' columns (up to the largest k) and
+    `distributions.request_aggregates` (every k's histogram). A few hundred rows for a month:
+    the daily, k-sweep and redundancy-cost rows are derived from them (`daily_from_sums`,
+    `k_sweep`, `redundancy_cost`) without another pass over the requests."""
+    return segmented_df.groupBy("metric_date", *SEGMENT_KEY).agg(
+        F.count(F.lit(1)).alias("queries"),
+        *request_aggregates(ks),
+        *slot_aggregates(max(ks), tokens_per_slot),
+    )
+
+
+def slot_aggregates(max_k: int, tokens_per_slot: int) -> list[Column]:
+    """new_at, filled_at and tokens_at over served requests (see `slot_sums`)."""
 
     def slot(column: str, p: int) -> Column:
         return F.try_element_at(F.col(column), F.lit(p))
@@ -35,8 +57,7 @@ def slot_sums(segmented_df: DataFrame, max_k: int, tokens_per_slot: int) -> Data
         return F.array(*[F.coalesce(v, F.lit(0).cast("long")) for v in values])
 
     positions = range(1, max_k + 1)
-    return segmented_df.groupBy("metric_date", *SEGMENT_KEY).agg(
-        F.count(F.lit(1)).alias("queries"),
+    return [
         per_slot([F.count(F.when(slot("new_slots", p), True)) for p in positions]).alias("new_at"),
         per_slot([F.count(F.when(F.size("new_slots") >= p, True)) for p in positions]).alias(
             "filled_at"
@@ -52,7 +73,7 @@ def slot_sums(segmented_df: DataFrame, max_k: int, tokens_per_slot: int) -> Data
                 for p in positions
             ]
         ).alias("tokens_at"),
-    )
+    ]
 
 
 def k_sweep(sums_df: DataFrame, calendar_df: DataFrame) -> DataFrame:

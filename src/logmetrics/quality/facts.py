@@ -7,7 +7,7 @@ persisted per-request data, and one over the (already keyed) cluster table per r
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 DAY_FACT_COLUMNS = (
@@ -48,16 +48,24 @@ def day_facts(requests_df: DataFrame, days_df: DataFrame) -> DataFrame:
     )
 
 
+CLUSTER_FACT_COLUMNS = ("cluster_chunks", "cluster_duplicate_chunk_ids", "cluster_empty_ids")
+
+
 def cluster_facts(keys_df: DataFrame) -> DataFrame:
     """One row: distinct chunk ids, chunk ids listed more than once, and cluster ids present but
     empty or blank, from the per-chunk counts `metrics.cluster_keys` already made."""
-    return keys_df.agg(
+    return keys_df.agg(*cluster_fact_aggregates())
+
+
+def cluster_fact_aggregates() -> list[Column]:
+    """`cluster_facts` as aggregate columns (CLUSTER_FACT_COLUMNS), to ride along with others."""
+    return [
         F.count(F.lit(1)).alias("cluster_chunks"),
         F.count(F.when(F.col("listed") > 1, True))
         .cast("long")
         .alias("cluster_duplicate_chunk_ids"),
         F.coalesce(F.sum("empty_ids"), F.lit(0)).cast("long").alias("cluster_empty_ids"),
-    )
+    ]
 
 
 def quarantined_rows(requests_df: DataFrame) -> DataFrame:

@@ -294,6 +294,25 @@ def evaluate(facts: pd.DataFrame, quality: QualityConfig) -> list[CheckResult]:
     return results
 
 
+def warm_up(quality: QualityConfig) -> threading.Thread | None:
+    """Import great-expectations and build its context and suite in a background thread (one
+    validation of a day of zeros), while the caller starts Spark: the run's own evaluation then
+    costs a validation, not seconds of imports. None when the gates are off."""
+    if not quality.enabled:
+        return None
+    thread = threading.Thread(target=_warm, args=(quality,), name="gx-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def _warm(quality: QualityConfig) -> None:
+    zeros = dict.fromkeys(FACT_COLUMNS, 0)
+    try:
+        evaluate(pd.DataFrame([{**zeros, _DATE: datetime.date(1970, 1, 1)}]), quality)
+    except Exception:  # the run's own evaluation reports whatever is wrong, in its place
+        log.debug("great-expectations warm-up failed", exc_info=True)
+
+
 def _as_date(value: Any) -> datetime.date:
     """metric_date as a datetime.date (it may arrive as a pandas Timestamp or a datetime)."""
     if isinstance(value, datetime.datetime):  # pandas Timestamps are datetimes too
