@@ -26,6 +26,7 @@ from pyspark.sql.types import StructField, StructType
 
 from logmetrics.config import OutputConfig
 from logmetrics.schemas import (
+    ALERTS,
     BY_QUERY,
     DAILY,
     DATA_QUALITY,
@@ -93,6 +94,13 @@ JOB_RUNS_TABLE = Table(
     JOB_RUNS,
     "The run ledger: one row per (run, day) when a day starts and when it ends.",
     partition_by=(),
+)
+ALERTS_TABLE = Table(
+    "unique_clusters_alerts",
+    ALERTS,
+    "Each published day's statistics against their baseline, and the verdict; grain "
+    "(metric_date, k, segment, segment_value, statistic).",
+    partition_by=(),  # a few hundred rows a day: replaceWhere on the metric_date column
 )
 
 EVALUATION_RESULTS_TABLE = Table(
@@ -216,10 +224,13 @@ def replace_where(
     ref = table_ref(output, table)
     ensure_table(spark, ref)
     log.debug("writing %s where %s", ref, predicate)
+    conformed = conform(df, table.schema)
+    # One file per partition (one in all for an unpartitioned table), whatever came upstream.
+    files = (
+        conformed.repartition(*table.partition_by) if table.partition_by else conformed.coalesce(1)
+    )
     writer = (
-        conform(df, table.schema)
-        .repartition(*table.partition_by)  # one file per partition, whatever came upstream
-        .write.format("delta")
+        files.write.format("delta")
         .mode("overwrite")
         .option("replaceWhere", predicate)
         .option("mergeSchema", "true")  # a newer logmetrics may add columns: additive only
