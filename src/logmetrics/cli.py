@@ -6,8 +6,11 @@
     logmetrics report   --config FILE [--start D1 --end D2] --out DIR   PNGs + index.html
     logmetrics demo                                              generate, backfill, print, report
     logmetrics evaluate --config FILE                            judged runs: recall, nDCG, clusters
+    logmetrics alerts   --config FILE --start D1 --end D2 [--fail-on-alert]
+                                                   re-judge published days against their baselines
 
-Exit status: 0 success, 1 bad input or a failed run, 2 bad config or command line.
+Exit status: 0 success, 1 bad input or a failed run, 2 bad config or command line, 3 a day
+failed a blocking data-quality check, 4 `alerts --fail-on-alert` found an alert in its range.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from logmetrics.config import Config, load_config
-from logmetrics.errors import ConfigError, LogmetricsError, QualityGateFailed
+from logmetrics.errors import AlertsFired, ConfigError, LogmetricsError, QualityGateFailed
 
 log = logging.getLogger("logmetrics")
 
@@ -115,6 +119,21 @@ def _parser() -> argparse.ArgumentParser:
         "--clean", action="store_true", help="no awkward rows (duplicates, nulls, ...)"
     )
     generate.add_argument("--clusters-format", choices=["delta", "parquet"], default="delta")
+    generate.add_argument(
+        "--weekly-amplitude",
+        type=float,
+        default=0.0,
+        help="a weekly season of the repeat probability (e.g. 0.04; docs/alerts.md)",
+    )
+    generate.add_argument(
+        "--plant",
+        type=_planted_change,
+        action="append",
+        default=[],
+        metavar="DATE:SHIFT[:SEGMENT=VALUE]",
+        help="plant a change: the repeat probability moves by SHIFT on DATE, in all traffic or "
+        "one segment value (2026-10-29:0.12:surface=app is a regression); repeatable",
+    )
     generate.set_defaults(handler=_cmd_generate)
 
     report = commands.add_parser(
@@ -131,6 +150,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     _config_arguments(evaluate)
     evaluate.set_defaults(handler=_cmd_evaluate)
+
+    alerts = commands.add_parser(
+        "alerts",
+        help="judge published days against their baselines, from the published daily table",
+    )
+    _config_arguments(alerts)
+    alerts.add_argument("--start", type=_date, required=True, help="first date, YYYY-MM-DD")
+    alerts.add_argument("--end", type=_date, required=True, help="last date, YYYY-MM-DD")
+    alerts.add_argument(
+        "--fail-on-alert",
+        action="store_true",
+        help="exit 4 when any day of the range has an `alert` (improvements do not count)",
+    )
+    alerts.set_defaults(handler=_cmd_alerts)
 
     demo = commands.add_parser("demo", help="generate a month of traffic, backfill it, print it")
     demo.add_argument("--config", action="append", default=None, help=f"default {DEMO_CONFIG}")
@@ -192,6 +225,20 @@ def _date(text: str) -> dt.date:
     if day == dt.date.max:  # a day's window ends at the next midnight, which does not exist
         raise argparse.ArgumentTypeError(f"{text!r} is after the last date a run can compute")
     return day
+
+
+def _planted_change(text: str) -> Any:
+    from logmetrics.synthetic import PlantedChange
+
+    day, _, rest = text.partition(":")
+    shift, _, where = rest.partition(":")
+    segment, _, value = where.partition("=")
+    try:
+        return PlantedChange(_date(day), float(shift), segment or None, value if segment else None)
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not DATE:SHIFT[:SEGMENT=VALUE] ({exc})"
+        ) from None
 
 
 def _positive_int(text: str) -> int:
@@ -330,6 +377,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         list_length=args.list_length,
         dirty=not args.clean,
         clusters_format=args.clusters_format,
+        weekly_amplitude=args.weekly_amplitude,
+        planted=args.plant,
     )
     return 0
 
@@ -355,6 +404,22 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         print()
         print(f"{b} vs {a} (paired randomisation test, two-sided):")
         print(format_comparison(summary.comparison, a, b))
+    return 0
+
+
+def _cmd_alerts(args: argparse.Namespace) -> int:
+    if args.start > args.end:
+        raise ConfigError(f"--start {args.start} is after --end {args.end}")
+    config = load_config(args.config, args.set)
+    from logmetrics.alerting import announce, publish_alerts
+    from logmetrics.session import get_spark
+
+    computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    days = [args.start + dt.timedelta(days=i) for i in range((args.end - args.start).days + 1)]
+    rows = publish_alerts(get_spark(config.spark), config, days, args.run_id, computed_at)
+    alerts = announce(rows)
+    if alerts and args.fail_on_alert:
+        raise AlertsFired(f"{alerts} alert(s) from {args.start} to {args.end} (--fail-on-alert)")
     return 0
 
 

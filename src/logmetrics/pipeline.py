@@ -31,6 +31,7 @@ from pyspark.sql.types import (
 )
 
 from logmetrics import ledger
+from logmetrics.alerting import announce, publish_alerts
 from logmetrics.config import Config
 from logmetrics.distributions import daily_distributions, with_segments
 from logmetrics.errors import InputError, LogmetricsError
@@ -251,6 +252,9 @@ class _Chunk:
                 self._publish(requests_df, facts, day_verdicts, publish)
         finally:
             requests_df.unpersist()
+        if publish:  # issue 18: judge the days just published, from the daily table alone
+            stamp = self.stamp
+            announce(publish_alerts(self.spark, config, publish, stamp.run_id, stamp.computed_at))
         counts = {
             r.metric_date: {
                 "rows_read": int(r.rows_read),
