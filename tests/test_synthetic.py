@@ -625,3 +625,15 @@ def test_realistic_shape(small_clean: GeneratedData) -> None:
         len(r["results"]) - len({lookup[e["chunk_id"]] for e in r["results"]}) for r in rows
     )
     assert 0 < same_chunk < 0.1 * same_cluster
+
+
+def test_the_demo_plants_one_regression_it_can_judge() -> None:
+    """`make demo` (30 days by default) plants a regression in surface=app on its second-to-last
+    day, which has 4 same-weekday baseline days; a month too short to judge it plants none."""
+    from logmetrics.demo import DEMO_START, demo_regression
+
+    (change,) = demo_regression(30)
+    assert (change.date, change.segment, change.value) == (dt.date(2026, 10, 29), "surface", "app")
+    assert change.repeat_shift > 0  # more repeats: fewer distinct clusters
+    assert (change.date - DEMO_START).days == 28  # 4 weeks of the same weekday before it
+    assert demo_regression(22) == []
