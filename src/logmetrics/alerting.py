@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ def publish_alerts(
     """Judge `days` against the published daily table and replace their rows of
     unique_clusters_alerts (a day without published rows is left with none). Returns the rows
     written but the run's stamp (`alerts.ALERT_COLUMNS`)."""
+    began = time.monotonic()
     first, last = min(days), max(days)
     daily = published_daily(
         spark, config, first - dt.timedelta(config.alerts.lookback_days()), last
@@ -50,6 +52,15 @@ def publish_alerts(
     ]
     replace_dates(
         spark, spark.createDataFrame(records, ALERTS), config.output, ALERTS_TABLE, list(days)
+    )
+    log.info(
+        "%s: %d row(s) for %d day(s) from %s to %s in %.1fs",
+        ALERTS_TABLE.name,
+        len(rows),
+        len(set(days)),
+        first,
+        last,
+        time.monotonic() - began,
     )
     return rows
 
