@@ -13,7 +13,10 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import reference
 from logmetrics.alerts import ALERT_COLUMNS, alert_rows, baseline_dates, describe
 from logmetrics.config import AlertsConfig
 
@@ -302,3 +305,62 @@ def test_describe_is_one_line_with_the_numbers() -> None:
 def test_settings_are_validated(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         AlertsConfig(**overrides)
+
+
+# --- the rule against the independent reference (tests/reference.py), on random histories ---
+
+_day_rows = st.lists(
+    st.tuples(
+        st.integers(0, 20),  # days before DAY (0 = DAY itself)
+        st.sampled_from(["all", "web"]),  # segment value
+        st.lists(st.integers(0, 400), min_size=4, max_size=4),  # histogram at k = 3
+        st.booleans(),  # dq_passed
+        st.sampled_from([None, 1, 2]),  # cluster table version
+    ),
+    max_size=30,
+    unique_by=lambda r: (r[0], r[1]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=_day_rows,
+    baseline=st.sampled_from(["same_weekday", "trailing"]),
+    min_queries=st.integers(1, 900),
+    sigmas=st.floats(0.5, 4),
+)
+def test_the_rule_agrees_with_the_reference(
+    rows: list[tuple[Any, ...]], baseline: str, min_queries: int, sigmas: float
+) -> None:
+    daily = []
+    for before, value, histogram, dq_passed, version in rows:
+        n = sum(histogram)
+        daily.append(
+            {
+                "metric_date": DAY - dt.timedelta(days=before),
+                "k": 3,
+                "segment": "all" if value == "all" else "surface",
+                "segment_value": value,
+                "queries": n,
+                "histogram": histogram,
+                "mean": sum(i * c for i, c in enumerate(histogram)) / n if n else None,
+                "threshold": 1,
+                "share_at_or_below_threshold": sum(histogram[:2]) / n if n else None,
+                "dq_passed": dq_passed,
+                "cluster_table_version": version,
+            }
+        )
+    rule = {"baseline": baseline, "baseline_weeks": 2, "baseline_days": 6, "min_baseline_days": 2}
+    rule |= {"min_queries": min_queries, "sigmas": sigmas}
+    days = [DAY - dt.timedelta(days=d) for d in range(21)]
+    expected = reference.alerts(daily, days, **rule)
+    got = alert_rows(pd.DataFrame(daily, columns=list(row(DAY, 0.5))), days, AlertsConfig(**rule))
+    assert len(got) == len(expected)
+    for actual, want in zip(got.to_dict("records"), expected, strict=True):
+        for name, value in want.items():
+            if isinstance(value, float):
+                assert actual[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
+            elif value is None:
+                assert pd.isna(actual[name]), name
+            else:
+                assert actual[name] == value, (name, actual, want)
