@@ -99,8 +99,7 @@ def _parser() -> argparse.ArgumentParser:
 
     backfill = commands.add_parser("backfill", help="compute an inclusive range of days")
     _config_arguments(backfill)
-    backfill.add_argument("--start", type=_date, required=True, help="first date, YYYY-MM-DD")
-    backfill.add_argument("--end", type=_date, required=True, help="last date, YYYY-MM-DD")
+    _range_arguments(backfill)
     backfill.add_argument(
         "--force",
         action="store_true",
@@ -156,8 +155,7 @@ def _parser() -> argparse.ArgumentParser:
         help="judge published days against their baselines, from the published daily table",
     )
     _config_arguments(alerts)
-    alerts.add_argument("--start", type=_date, required=True, help="first date, YYYY-MM-DD")
-    alerts.add_argument("--end", type=_date, required=True, help="last date, YYYY-MM-DD")
+    _range_arguments(alerts)
     alerts.add_argument(
         "--fail-on-alert",
         action="store_true",
@@ -213,6 +211,17 @@ def _config_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECTION.KEY=VALUE",
         help="override one config key (value in YAML syntax); repeatable",
     )
+
+
+def _range_arguments(parser: argparse.ArgumentParser) -> None:
+    """--start and --end, both required: an inclusive range of UTC days."""
+    parser.add_argument("--start", type=_date, required=True, help="first date, YYYY-MM-DD")
+    parser.add_argument("--end", type=_date, required=True, help="last date, YYYY-MM-DD")
+
+
+def _check_range(start: dt.date | None, end: dt.date | None) -> None:
+    if start is not None and end is not None and start > end:
+        raise ConfigError(f"--start {start} is after --end {end}")
 
 
 def _date(text: str) -> dt.date:
@@ -319,8 +328,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
-    if args.start > args.end:
-        raise ConfigError(f"--start {args.start} is after --end {args.end}")
+    _check_range(args.start, args.end)
     config = load_config(args.config, args.set)
     return _compute(config, args.start, args.end, args.run_id, skip_done=not args.force)
 
@@ -353,8 +361,7 @@ def _compute(
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    if args.start is not None and args.end is not None and args.start > args.end:
-        raise ConfigError(f"--start {args.start} is after --end {args.end}")
+    _check_range(args.start, args.end)
     config = load_config(args.config, args.set)
     from logmetrics.report import load_report_data, render
     from logmetrics.session import get_spark
@@ -408,8 +415,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_alerts(args: argparse.Namespace) -> int:
-    if args.start > args.end:
-        raise ConfigError(f"--start {args.start} is after --end {args.end}")
+    _check_range(args.start, args.end)
     config = load_config(args.config, args.set)
     from logmetrics.alerting import announce, publish_alerts
     from logmetrics.session import get_spark
