@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 demo: install
 	$(BIN)/logmetrics demo
 
-# The whole suite, then the DAG integrity tests in their own Airflow venv (about a minute cold).
+# The whole suite, then the DAG tests in their own Airflow venv (a few minutes, the venv cold).
 test: install
 	$(BIN)/python -m pytest
 	$(MAKE) --no-print-directory test-deploy
@@ -85,8 +85,10 @@ clean:
 	rm -rf $(VENV) .ivy2 .cluster warehouse data logs reports spark-warehouse .pytest_cache .hypothesis \
 		bench-data bench-out
 
-# DAG integrity tests for deploy/airflow/dags (+ the bundle checks), in their own venv: Airflow
-# pins clash with the main one. No database, no scheduler: the tests parse and render the DAGs.
+# DAG tests for deploy/airflow/dags (+ the bundle checks), in their own venv: Airflow pins clash
+# with the main one. They parse and render the DAGs, then run the backfill and nightly DAGs for
+# real (dag.test(), a SQLite database in the throwaway AIRFLOW_HOME) through .venv's spark-submit
+# on generated logs: hence `install`. Starts local Spark: a couple of minutes on 2 cores.
 AF_VENV  := .venv-airflow
 AF_STAMP := $(AF_VENV)/.installed-stamp
 
@@ -96,7 +98,7 @@ $(AF_STAMP): deploy/airflow/requirements.txt deploy/airflow/constraints.txt
 	$(AF_VENV)/bin/python -m pip check
 	@touch $(AF_STAMP)
 
-test-deploy: $(AF_STAMP)
+test-deploy: install $(AF_STAMP)
 	rm -rf $(AF_VENV)/airflow-home
 	AIRFLOW_HOME=$(CURDIR)/$(AF_VENV)/airflow-home AIRFLOW__CORE__LOAD_EXAMPLES=False \
 		$(AF_VENV)/bin/python -m pytest tests/deploy -q --confcutdir=tests/deploy -p no:cacheprovider

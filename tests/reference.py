@@ -311,3 +311,105 @@ def redundancy_cost(
                 }
             )
     return out
+
+
+# --- alerts on the metric itself (issue 18) -------------------------------------------------
+
+ALERT_DEFAULTS: dict[str, Any] = {
+    "statistics": ("share_at_or_below_threshold", "mean"),
+    "baseline": "same_weekday",
+    "baseline_weeks": 4,
+    "baseline_days": 28,
+    "min_queries": 500,
+    "min_baseline_days": 3,
+    "sigmas": 3.0,
+    "min_effect": {"share_at_or_below_threshold": 0.02, "mean": 0.2},
+}
+
+
+def histogram_statistic(statistic: str, histogram: Sequence[int], threshold: int) -> float | None:
+    """The day's share at or below the threshold, or mean, read off its histogram."""
+    n = sum(histogram)
+    if n == 0:
+        return None
+    if statistic == "share_at_or_below_threshold":
+        return sum(histogram[: threshold + 1]) / n
+    return sum(i * c for i, c in enumerate(histogram)) / n
+
+
+def alerts(
+    daily_rows: Iterable[Mapping[str, Any]], days: Iterable[dt.date], **settings: Any
+) -> list[dict[str, Any]]:
+    """Issue 18's rule, from its text, over published daily rows (`metric_date`, `k`,
+    `segment`, `segment_value`, `queries`, `histogram`, `threshold`, `dq_passed`,
+    `cluster_table_version`): one dict per (day, k, segment, segment_value, statistic) of the
+    rows of `days`, with every number the issue names. Values come from the histograms."""
+    rule = {**ALERT_DEFAULTS, **settings}
+    published = {
+        (r["metric_date"], r["k"], r["segment"], r["segment_value"]): r for r in daily_rows
+    }
+    out = []
+    for (day, k, segment, value), row in sorted(published.items()):
+        if day not in set(days):
+            continue
+        if rule["baseline"] == "same_weekday":
+            before = [day - dt.timedelta(days=7 * w) for w in range(1, rule["baseline_weeks"] + 1)]
+        else:
+            before = [day - dt.timedelta(days=d) for d in range(1, rule["baseline_days"] + 1)]
+        baseline = []
+        for past_day in before:
+            past = published.get((past_day, k, segment, value))
+            if past is not None and past["dq_passed"] and past["queries"] >= rule["min_queries"]:
+                baseline.append(past)
+        n = row["queries"]
+        for statistic in sorted(rule["statistics"]):
+            today = histogram_statistic(statistic, row["histogram"], row["threshold"])
+            values = [
+                histogram_statistic(statistic, b["histogram"], b["threshold"]) for b in baseline
+            ]
+            mean = sum(values) / len(values) if values else None
+            sd = None
+            if len(values) >= 2:
+                sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+            limit = None
+            if today is not None and sd is not None:
+                if statistic == "share_at_or_below_threshold":
+                    noise = today * (1 - today) / n
+                else:
+                    spread = sum(c * (i - today) ** 2 for i, c in enumerate(row["histogram"])) / n
+                    noise = spread / n
+                limit = rule["sigmas"] * math.sqrt(sd**2 + noise)
+            delta = None if today is None or mean is None else today - mean
+            floor = rule["min_effect"][statistic]
+            if n < rule["min_queries"]:
+                status = "too_few_queries"
+            elif len(baseline) < rule["min_baseline_days"]:
+                status = "insufficient_baseline"
+            elif abs(delta) >= floor and abs(delta) > limit:
+                worse = delta > 0 if statistic == "share_at_or_below_threshold" else delta < 0
+                status = "alert" if worse else "improvement"
+            else:
+                status = "ok"
+            out.append(
+                {
+                    "metric_date": day,
+                    "k": k,
+                    "segment": segment,
+                    "segment_value": value,
+                    "statistic": statistic,
+                    "value": today,
+                    "baseline_mean": mean,
+                    "baseline_sd": sd,
+                    "baseline_days": len(baseline),
+                    "queries": n,
+                    "delta": delta,
+                    "limit": limit,
+                    "min_effect": floor,
+                    "status": status,
+                    "cluster_table_version": row["cluster_table_version"],
+                    "cluster_table_changed": any(
+                        b["cluster_table_version"] != row["cluster_table_version"] for b in baseline
+                    ),
+                }
+            )
+    return out

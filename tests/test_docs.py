@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import re
+import types
+import typing
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from logmetrics import sinks
+from logmetrics.config import Config
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
 TABLES = [value for value in vars(sinks).values() if isinstance(value, sinks.Table)]
@@ -47,3 +51,38 @@ def test_columns_match_the_schema(table: sinks.Table) -> None:
     assert table.comment.replace("\n", " ") in " ".join(
         line.lstrip("> ").strip() for line in section.splitlines() if line.startswith(">")
     )
+
+
+CONFIG_DOC = DOC.parent / "config.md"
+
+
+def _config_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every leaf key of the config, dotted (`alerts.min_effect.mean`)."""
+    keys = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{field.alias or name}"
+        options = (field.annotation,)  # a section, an optional one (X | None), or a leaf
+        if typing.get_origin(field.annotation) in (typing.Union, types.UnionType):
+            options = typing.get_args(field.annotation)
+        models = [t for t in options if isinstance(t, type) and issubclass(t, BaseModel)]
+        keys += _config_keys(models[0], f"{key}.") if models else [key]
+    return keys
+
+
+def test_every_config_key_is_documented() -> None:
+    """docs/config.md has a table row for every key, in the section whose heading names the
+    longest prefix of the key: the `alerts` section has a row for `min_effect.mean`."""
+    text = CONFIG_DOC.read_text()
+    headings = list(re.finditer(r"^#{3,4} `([a-z_.]+)`.*$", text, re.M))
+    sections = {
+        match.group(1): text[match.end() : nxt.start() if nxt else len(text)]
+        for match, nxt in zip(headings, [*headings[1:], None], strict=True)
+    }
+    missing = []
+    for key in _config_keys(Config):
+        prefix = max((p for p in sections if key.startswith(p + ".")), key=len, default=None)
+        rest = key if prefix is None else key[len(prefix) + 1 :]
+        if prefix is None or not re.search(rf"^\| `{re.escape(rest)}`", sections[prefix], re.M):
+            missing.append(key)
+    assert len(_config_keys(Config)) > 50
+    assert missing == []

@@ -28,8 +28,14 @@ from logmetrics.report import (
     load_report_data,
     render,
 )
-from logmetrics.schemas import DAILY, K_SWEEP, REDUNDANCY_COST
-from logmetrics.sinks import DAILY_TABLE, K_SWEEP_TABLE, REDUNDANCY_COST_TABLE, replace_dates
+from logmetrics.schemas import ALERTS, DAILY, K_SWEEP, REDUNDANCY_COST
+from logmetrics.sinks import (
+    ALERTS_TABLE,
+    DAILY_TABLE,
+    K_SWEEP_TABLE,
+    REDUNDANCY_COST_TABLE,
+    replace_dates,
+)
 
 D0, D1, D2, D3 = (dt.date(2026, 9, 30) + dt.timedelta(days=i) for i in range(4))
 THRESHOLD = 2
@@ -133,6 +139,39 @@ def _sweep_rows(segment: str, value: str, scale: int) -> list[tuple[Any, ...]]:
     return rows
 
 
+# unique_clusters_alerts: (day, segment, value, k, statistic, status, value, baseline mean).
+ALERT_ROWS = [
+    (D0, "all", "all", 2, "mean", "alert", 1.0, 1.9),  # outside the range
+    (D2, "all", "all", 3, "share_at_or_below_threshold", "alert", 4 / 6, 0.3),
+    (D2, "all", "all", 2, "share_at_or_below_threshold", "ok", 0.5, 0.45),
+    (D3, "surface", "web", 3, "mean", "improvement", 1.5, 1.2),
+    (D3, "all", "all", 3, "mean", "ok", 2.0, 2.0),
+]
+
+
+def _alert_row(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    day, segment, segment_value, k, statistic, status, value, baseline = values
+    row = {
+        "metric_date": day,
+        "k": k,
+        "segment": segment,
+        "segment_value": segment_value,
+        "statistic": statistic,
+        "value": value,
+        "baseline_mean": baseline,
+        "baseline_sd": 0.01,
+        "baseline_days": 4,
+        "queries": 600,
+        "delta": value - baseline,
+        "limit": 0.05,
+        "min_effect": 0.02,
+        "status": status,
+        "cluster_table_changed": False,
+        **STAMP,
+    }
+    return tuple(row[f.name] for f in ALERTS.fields)
+
+
 def _cost_row(
     day: dt.date, k: int, values: tuple[Any, ...], segment: str = "all", value: str = "all"
 ) -> tuple[Any, ...]:
@@ -170,6 +209,8 @@ def warehouse(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
     replace_dates(
         spark, spark.createDataFrame(cost, REDUNDANCY_COST), output, REDUNDANCY_COST_TABLE, days
     )
+    alerts = spark.createDataFrame([_alert_row(r) for r in ALERT_ROWS], ALERTS)
+    replace_dates(spark, alerts, output, ALERTS_TABLE, days)
     evaluation = spark.createDataFrame(
         [
             ("bm25", "q1", 10, "recall", 0.9876),
@@ -331,7 +372,7 @@ def test_latest_histogram_skips_a_trailing_day_without_queries() -> None:
         return {
             "metric_date": day, "k": 2, "segment": "all", "segment_value": "all",
             "queries": sum(hist), "histogram": hist, "median": None, "p10": None, "p90": None,
-            "threshold": 1, "share_at_or_below_threshold": None, "results": 0,
+            "threshold": 1, "share_at_or_below_threshold": None, "mean": None, "results": 0,
             "missing_cluster_results": 0, "missing_cluster_rate": None,
         }  # fmt: skip
 
@@ -342,11 +383,25 @@ def test_latest_histogram_skips_a_trailing_day_without_queries() -> None:
     assert data.k_sweep is None and data.cost is None and data.segments is None
 
 
+def test_alerts_are_the_fired_rows_in_range_all_traffic_first(data: Any) -> None:
+    alerts = data.alerts
+    assert list(zip(alerts.metric_date, alerts.segment_value, alerts.status, strict=True)) == [
+        (D2, "all", "alert"),
+        (D3, "web", "improvement"),
+    ]
+    assert alerts["value"].tolist() == pytest.approx([4 / 6, 1.5])
+    assert data.mean["mean"].tolist() == pytest.approx(
+        [sum(i * n for i, n in enumerate(ALL_HIST[(d, k)])) / sum(ALL_HIST[(d, k)])
+         for d in (D1, D2, D3) for k in (2, 3)]
+    )  # fmt: skip
+
+
 # --- the images and the page ----------------------------------------------------------------
 
 PNGS = [
     "median_band",
     "share_at_or_below_threshold",
+    "mean",
     "histogram_latest",
     "k_sweep",
     "missing_cluster_rate",
@@ -396,6 +451,29 @@ def test_html_is_self_contained_and_shows_the_numbers(rendered: Path) -> None:
     assert ">0.025<" in _section(page, "missing_cluster_rate")
 
 
+def test_alerts_are_listed_and_marked(rendered: Path) -> None:
+    import matplotlib.image as mpimg
+
+    page = rendered.read_text(encoding="utf-8")
+    alerts = _section(page, "alerts")
+    assert "<b>1 alert(s)</b> and 1 improvement(s)" in alerts
+    assert ">2026-10-02<" in alerts and ">2026-10-03<" in alerts and ">web<" in alerts
+    assert ">0.666667<" in alerts and ">improvement<" in alerts
+    assert "2026-09-30" not in alerts and ">ok<" not in alerts
+    assert "Marked: an alert (red X)" in _section(page, "share_at_or_below_threshold")
+
+    def pixels_near(name: str, colour: tuple[int, int, int]) -> int:
+        image = mpimg.imread(rendered.parent / f"{name}.png")
+        rgb = (image[:, :, :3] * 255).round().astype(int).reshape(-1, 3)
+        return int((np.abs(rgb - np.array(colour)).max(axis=1) <= 3).sum())
+
+    # The share's alert of all traffic: a red X (tab:red); the mean's improvement in a segment
+    # only: a green band over its day (tab:green at alpha 0.15 over white).
+    assert pixels_near("share_at_or_below_threshold", (214, 39, 40)) > 50
+    assert pixels_near("mean", (223, 241, 223)) > 1000
+    assert pixels_near("median_band", (214, 39, 40)) == 0
+
+
 def _section(page: str, name: str) -> str:
     match = re.search(rf'<section id="{name}">(.*?)</section>', page, re.S)
     assert match, name
@@ -408,7 +486,8 @@ def test_figure_without_data_is_left_out_with_a_note(tmp_path: Path) -> None:
             {
                 "metric_date": D1, "k": 2, "segment": "all", "segment_value": "all",
                 "queries": 3, "histogram": [0, 1, 2], "median": 2.0, "p10": 1.2, "p90": 2.0,
-                "threshold": 1, "share_at_or_below_threshold": 1 / 3, "results": 6,
+                "threshold": 1, "share_at_or_below_threshold": 1 / 3, "mean": 5 / 3,
+                "results": 6,
                 "missing_cluster_results": 0, "missing_cluster_rate": 0.0,
             }
         ]
@@ -419,8 +498,9 @@ def test_figure_without_data_is_left_out_with_a_note(tmp_path: Path) -> None:
     assert "No rows in redundancy_cost_daily" in page
     assert not (tmp_path / "r" / "k_sweep.png").exists()
     assert (tmp_path / "r" / "median_band.png").exists()
-    assert page.count("data:image/png;base64,") == 4
+    assert page.count("data:image/png;base64,") == 5
     assert "Evaluation" not in page
+    assert "No unique_clusters_alerts table: nothing judged." in _section(page, "alerts")
 
 
 # --- the command line -----------------------------------------------------------------------

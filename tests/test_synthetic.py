@@ -20,7 +20,9 @@ from logmetrics.synthetic import (
     CLUSTERS_SCHEMA,
     SERVED_LOGS_SCHEMA,
     GeneratedData,
+    PlantedChange,
     generate,
+    weekly_shift,
 )
 
 UTC = dt.UTC
@@ -447,6 +449,40 @@ def test_generator_is_deterministic(tmp_path: Path, small_dirty: GeneratedData) 
     assert not table_content(other)[0][1].equals(first[0][1])
 
 
+def test_season_and_planted_changes_move_only_what_they_name(
+    tmp_path: Path, small_dirty: GeneratedData
+) -> None:
+    """The alerts' knobs (issue 18): off, the files are what they always were; a change planted
+    in one segment value on one day redraws that value's lists that day and nothing else."""
+    off = generate(tmp_path / "off", START, 3, 2000, seed=11, weekly_amplitude=0.0, planted=())
+    assert all(
+        a.equals(b)
+        for (_, a), (_, b) in zip(table_content(off), table_content(small_dirty), strict=True)
+    )
+    day = START + dt.timedelta(days=1)
+    app = PlantedChange(day, 0.15, "surface", "app")
+    planted = generate(tmp_path / "app", START, 3, 2000, seed=11, planted=[app])
+    before, after = table_content(small_dirty), table_content(planted)
+    assert before[0][1].equals(after[0][1]) and before[2][1].equals(after[2][1])
+    old, new = before[1][1].to_pylist(), after[1][1].to_pylist()
+    assert [r["surface"] for r in old] == [r["surface"] for r in new]
+    assert [r for r in old if r["surface"] != "app"] == [r for r in new if r["surface"] != "app"]
+    clusters = read_clusters(small_dirty)
+
+    def mean_at_10(rows: list[dict], surface: str) -> float:
+        mine = [r for r in rows if r["surface"] == surface]
+        (record,) = reference.daily(mine, clusters, [10], 4, day, day)
+        return float(record["mean"])
+
+    assert mean_at_10(new, "app") < mean_at_10(old, "app") - 0.5  # more repeats: a regression
+    assert weekly_shift(dt.date(2026, 1, 4), 0.04) == pytest.approx(0.04)  # a Sunday
+    assert sum(weekly_shift(START + dt.timedelta(days=i), 0.04) for i in range(7)) == (
+        pytest.approx(0.0, abs=1e-12)
+    )
+    with pytest.raises(ValueError, match="no segment value surface='tv'"):
+        PlantedChange(day, 0.1, "surface", "tv")
+
+
 def test_layout_and_schema(small_dirty: GeneratedData) -> None:
     parts = sorted(small_dirty.served_logs.iterdir())
     assert [p.name for p in parts] == ["date=2026-01-01", "date=2026-01-02", "date=2026-01-03"]
@@ -589,3 +625,15 @@ def test_realistic_shape(small_clean: GeneratedData) -> None:
         len(r["results"]) - len({lookup[e["chunk_id"]] for e in r["results"]}) for r in rows
     )
     assert 0 < same_chunk < 0.1 * same_cluster
+
+
+def test_the_demo_plants_one_regression_it_can_judge() -> None:
+    """`make demo` (30 days by default) plants a regression in surface=app on its second-to-last
+    day, which has 4 same-weekday baseline days; a month too short to judge it plants none."""
+    from logmetrics.demo import DEMO_START, demo_regression
+
+    (change,) = demo_regression(30)
+    assert (change.date, change.segment, change.value) == (dt.date(2026, 10, 29), "surface", "app")
+    assert change.repeat_shift > 0  # more repeats: fewer distinct clusters
+    assert (change.date - DEMO_START).days == 28  # 4 weeks of the same weekday before it
+    assert demo_regression(22) == []

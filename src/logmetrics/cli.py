@@ -7,8 +7,11 @@
     logmetrics demo                                              generate, backfill, print, report
     logmetrics evaluate --config FILE                            judged runs: recall, nDCG, clusters
     logmetrics maintain --config FILE [--no-vacuum]              OPTIMIZE and VACUUM every table
+    logmetrics alerts   --config FILE --start D1 --end D2 [--fail-on-alert]
+                                                   re-judge published days against their baselines
 
-Exit status: 0 success, 1 bad input or a failed run, 2 bad config or command line.
+Exit status: 0 success, 1 bad input or a failed run, 2 bad config or command line, 3 a day
+failed a blocking data-quality check, 4 `alerts --fail-on-alert` found an alert in its range.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from logmetrics.config import Config, load_config
-from logmetrics.errors import ConfigError, LogmetricsError, QualityGateFailed
+from logmetrics.errors import AlertsFired, ConfigError, LogmetricsError, QualityGateFailed
 
 log = logging.getLogger("logmetrics")
 
@@ -99,8 +104,7 @@ def _parser() -> argparse.ArgumentParser:
 
     backfill = commands.add_parser("backfill", help="compute an inclusive range of days")
     _config_arguments(backfill)
-    backfill.add_argument("--start", type=_date, required=True, help="first date, YYYY-MM-DD")
-    backfill.add_argument("--end", type=_date, required=True, help="last date, YYYY-MM-DD")
+    _range_arguments(backfill)
     backfill.add_argument(
         "--force",
         action="store_true",
@@ -119,6 +123,21 @@ def _parser() -> argparse.ArgumentParser:
         "--clean", action="store_true", help="no awkward rows (duplicates, nulls, ...)"
     )
     generate.add_argument("--clusters-format", choices=["delta", "parquet"], default="delta")
+    generate.add_argument(
+        "--weekly-amplitude",
+        type=float,
+        default=0.0,
+        help="a weekly season of the repeat probability (e.g. 0.04; docs/alerts.md)",
+    )
+    generate.add_argument(
+        "--plant",
+        type=_planted_change,
+        action="append",
+        default=[],
+        metavar="DATE:SHIFT[:SEGMENT=VALUE]",
+        help="plant a change: the repeat probability moves by SHIFT on DATE, in all traffic or "
+        "one segment value (2026-10-29:0.12:surface=app is a regression); repeatable",
+    )
     generate.set_defaults(handler=_cmd_generate)
 
     report = commands.add_parser(
@@ -151,6 +170,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     maintain.add_argument("--no-vacuum", action="store_true", help="compact only")
     maintain.set_defaults(handler=_cmd_maintain)
+
+    alerts = commands.add_parser(
+        "alerts",
+        help="judge published days against their baselines, from the published daily table",
+    )
+    _config_arguments(alerts)
+    _range_arguments(alerts)
+    alerts.add_argument(
+        "--fail-on-alert",
+        action="store_true",
+        help="exit 4 when any day of the range has an `alert` (improvements do not count)",
+    )
+    alerts.set_defaults(handler=_cmd_alerts)
 
     demo = commands.add_parser("demo", help="generate a month of traffic, backfill it, print it")
     demo.add_argument("--config", action="append", default=None, help=f"default {DEMO_CONFIG}")
@@ -202,6 +234,17 @@ def _config_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _range_arguments(parser: argparse.ArgumentParser) -> None:
+    """--start and --end, both required: an inclusive range of UTC days."""
+    parser.add_argument("--start", type=_date, required=True, help="first date, YYYY-MM-DD")
+    parser.add_argument("--end", type=_date, required=True, help="last date, YYYY-MM-DD")
+
+
+def _check_range(start: dt.date | None, end: dt.date | None) -> None:
+    if start is not None and end is not None and start > end:
+        raise ConfigError(f"--start {start} is after --end {end}")
+
+
 def _date(text: str) -> dt.date:
     if not _DATE.match(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)")
@@ -212,6 +255,20 @@ def _date(text: str) -> dt.date:
     if day == dt.date.max:  # a day's window ends at the next midnight, which does not exist
         raise argparse.ArgumentTypeError(f"{text!r} is after the last date a run can compute")
     return day
+
+
+def _planted_change(text: str) -> Any:
+    from logmetrics.synthetic import PlantedChange
+
+    day, _, rest = text.partition(":")
+    shift, _, where = rest.partition(":")
+    segment, _, value = where.partition("=")
+    try:
+        return PlantedChange(_date(day), float(shift), segment or None, value if segment else None)
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not DATE:SHIFT[:SEGMENT=VALUE] ({exc})"
+        ) from None
 
 
 def _positive_int(text: str) -> int:
@@ -292,8 +349,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
-    if args.start > args.end:
-        raise ConfigError(f"--start {args.start} is after --end {args.end}")
+    _check_range(args.start, args.end)
     config = load_config(args.config, args.set)
     return _compute(
         config, args.start, args.end, args.run_id, args.started, skip_done=not args.force
@@ -341,8 +397,7 @@ def _compute(
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    if args.start is not None and args.end is not None and args.start > args.end:
-        raise ConfigError(f"--start {args.start} is after --end {args.end}")
+    _check_range(args.start, args.end)
     config = load_config(args.config, args.set)
     from logmetrics.report import load_report_data, render
     from logmetrics.session import get_spark
@@ -365,6 +420,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         list_length=args.list_length,
         dirty=not args.clean,
         clusters_format=args.clusters_format,
+        weekly_amplitude=args.weekly_amplitude,
+        planted=args.plant,
     )
     return 0
 
@@ -404,21 +461,48 @@ def _cmd_maintain(args: argparse.Namespace) -> int:
         )
     config = load_config(args.config, args.set)
     from logmetrics.session import get_spark
-    from logmetrics.sinks import OUTPUT_TABLES, optimize, table_ref, vacuum
+    from logmetrics.sinks import (
+        OUTPUT_TABLES,
+        Table,
+        optimize,
+        small_listings,
+        table_ref,
+        vacuum,
+    )
 
     spark = get_spark(config.spark)
-    for table in OUTPUT_TABLES:
+
+    def maintain(table: Table) -> str:
         where = table_ref(config.output, table)
         compacted = optimize(spark, config.output, table)
         if compacted is None:
-            print(f"{table.name}: not written yet ({where})")
-            continue
+            return f"{table.name}: not written yet ({where})"
         removed, added = compacted
         line = f"{table.name}: OPTIMIZE compacted {removed} file(s) into {added}"
         if not args.no_vacuum:
             vacuum(spark, config.output, table, args.vacuum_retain_hours)
             line += f"; VACUUM kept the files of the last {args.vacuum_retain_hours} hours"
-        print(line)
+        return line
+
+    # Tables side by side (each is a few small Spark jobs), reported in a fixed order.
+    with small_listings(spark), ThreadPoolExecutor(4) as pool:
+        for line in pool.map(maintain, OUTPUT_TABLES):
+            print(line, flush=True)
+    return 0
+
+
+def _cmd_alerts(args: argparse.Namespace) -> int:
+    _check_range(args.start, args.end)
+    config = load_config(args.config, args.set)
+    from logmetrics.alerting import announce, publish_alerts
+    from logmetrics.session import get_spark
+
+    computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    days = [args.start + dt.timedelta(days=i) for i in range((args.end - args.start).days + 1)]
+    rows = publish_alerts(get_spark(config.spark), config, days, args.run_id, computed_at)
+    alerts = announce(rows)
+    if alerts and args.fail_on_alert:
+        raise AlertsFired(f"{alerts} alert(s) from {args.start} to {args.end} (--fail-on-alert)")
     return 0
 
 

@@ -254,6 +254,95 @@ class QualityConfig(_Section):
     severity: QualitySeverity = QualitySeverity()
 
 
+AlertStatistic = Literal["share_at_or_below_threshold", "mean"]
+
+
+class AlertsMinEffect(_Section):
+    """The smallest change worth an alert, per statistic, whatever the noise says."""
+
+    share_at_or_below_threshold: float = Field(
+        default=0.02,
+        ge=0,
+        description="Smallest |change| of the share at or below the threshold (0.02 = 2 points).",
+    )
+    mean: float = Field(
+        default=0.2, ge=0, description="Smallest |change| of the mean unique clusters (clusters)."
+    )
+
+
+class AlertsConfig(_Section):
+    """Alarms on the metric itself: each published day against its own baseline (docs/alerts.md)."""
+
+    statistics: tuple[AlertStatistic, ...] = Field(
+        default=("share_at_or_below_threshold", "mean"),
+        description=(
+            "Statistics judged: share_at_or_below_threshold (a rise is a regression) and mean "
+            "(a fall is a regression)."
+        ),
+    )
+    baseline: Literal["same_weekday", "trailing"] = Field(
+        default="same_weekday",
+        description=(
+            "same_weekday: the same weekday in the previous baseline_weeks weeks; trailing: the "
+            "previous baseline_days days."
+        ),
+    )
+    baseline_weeks: StrictInt = Field(
+        default=4, ge=1, le=52, description="Weeks looked back by the same_weekday baseline."
+    )
+    baseline_days: StrictInt = Field(
+        default=28, ge=1, le=366, description="Days looked back by the trailing baseline."
+    )
+    min_queries: StrictInt = Field(
+        default=500,
+        ge=1,
+        description=(
+            "A segment value's day with fewer queries is not judged (too_few_queries) and "
+            "enters no baseline."
+        ),
+    )
+    min_baseline_days: StrictInt = Field(
+        default=3,
+        ge=2,
+        description=(
+            "Fewer qualifying baseline days: insufficient_baseline (2 at least: the baseline's "
+            "standard deviation needs two values)."
+        ),
+    )
+    sigmas: float = Field(
+        default=3.0,
+        gt=0,
+        description="limit = sigmas x sqrt(baseline_sd^2 + the day's sampling variance).",
+    )
+    min_effect: AlertsMinEffect = Field(
+        default=AlertsMinEffect(),
+        description="A change fires only when |delta| is at least this, per statistic.",
+    )
+
+    @field_validator("statistics")
+    @classmethod
+    def _some_statistics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("must list at least one statistic")
+        if len(set(value)) != len(value):
+            raise ValueError(f"must not repeat a statistic, got {list(value)}")
+        return value
+
+    @model_validator(mode="after")
+    def _reachable_baseline(self) -> AlertsConfig:
+        window = self.baseline_weeks if self.baseline == "same_weekday" else self.baseline_days
+        if self.min_baseline_days > window:
+            raise ValueError(
+                f"min_baseline_days ({self.min_baseline_days}) is more than the "
+                f"{self.baseline} baseline can hold ({window} day(s))"
+            )
+        return self
+
+    def lookback_days(self) -> int:
+        """How many days before a judged day its baseline can reach."""
+        return 7 * self.baseline_weeks if self.baseline == "same_weekday" else self.baseline_days
+
+
 _RUN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
@@ -398,12 +487,15 @@ class Config(_Section):
     backfill: BackfillConfig = BackfillConfig()
     quality: QualityConfig = QualityConfig()
     spark: SparkConfig = SparkConfig()
+    alerts: AlertsConfig = AlertsConfig()
     evaluation: EvaluationConfig | None = None
 
     def fingerprint(self) -> str:
         """A short stable hash of everything that can change what a day publishes: inputs,
-        metric settings and the quality gates (not where the output goes or how Spark runs)."""
-        relevant = self.model_dump(include={"inputs", "metrics", "cost", "quality"}, mode="json")
+        metric settings, the quality gates and the alert rule (not where the output goes or how
+        Spark runs)."""
+        sections = {"inputs", "metrics", "cost", "quality", "alerts"}
+        relevant = self.model_dump(include=sections, mode="json")
         blob = json.dumps(relevant, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

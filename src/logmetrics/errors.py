@@ -23,3 +23,9 @@ class QualityGateFailed(LogmetricsError):
     """At least one day failed a blocking data-quality check and was not published."""
 
     exit_code = 3
+
+
+class AlertsFired(LogmetricsError):
+    """`logmetrics alerts --fail-on-alert` found at least one `alert` in its range."""
+
+    exit_code = 4

@@ -32,6 +32,7 @@ from pyspark.sql.types import (
 )
 
 from logmetrics import ledger
+from logmetrics.alerting import announce, publish_alerts
 from logmetrics.config import Config
 from logmetrics.distributions import daily_from_sums, with_segments
 from logmetrics.errors import InputError, LogmetricsError
@@ -424,6 +425,12 @@ class _Chunk:
         finally:
             wait(writes)  # no write still reads the cached requests
             requests_df.unpersist()
+        if publish:  # judge the days just published, from the daily table alone
+            with self.phases.timed("alerts"):
+                rows = publish_alerts(
+                    self.spark, self.config, publish, self.stamp.run_id, self.stamp.computed_at
+                )
+            announce(rows)
         counts = {
             r.metric_date: {
                 "rows_read": int(r.rows_read),

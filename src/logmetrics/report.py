@@ -32,8 +32,15 @@ from pyspark.sql import functions as F
 from logmetrics.config import Config, OutputConfig
 from logmetrics.errors import ConfigError, LogmetricsError
 from logmetrics.evaluation import ALL_QUERIES
-from logmetrics.schemas import ALL_TRAFFIC
+from logmetrics.schemas import (
+    ALERT,
+    ALL_TRAFFIC,
+    IMPROVEMENT,
+    MEAN_STATISTIC,
+    SHARE_STATISTIC,
+)
 from logmetrics.sinks import (
+    ALERTS_TABLE,
     DAILY_TABLE,
     EVALUATION_RESULTS_TABLE,
     K_SWEEP_TABLE,
@@ -66,6 +73,7 @@ class ReportData:
     threshold: int | None
     median_band: pd.DataFrame  # metric_date, k, queries, p10, median, p90
     share: pd.DataFrame  # metric_date, k, queries, threshold, share_at_or_below_threshold
+    mean: pd.DataFrame  # metric_date, k, queries, mean
     histogram_date: dt.date
     histogram: pd.DataFrame  # k, unique_clusters, queries, share (of the day's queries at k)
     missing: pd.DataFrame  # metric_date, results, missing_cluster_results, missing_cluster_rate
@@ -74,6 +82,8 @@ class ReportData:
     cost: pd.DataFrame | None  # metric_date, k, queries, slots, redundant_slots, ..._usd
     segments: pd.DataFrame | None  # segment, segment_value, k, queries, mean_..., median_...
     evaluation: pd.DataFrame | None  # run, k, metric, value (+ queries): the ALL rows
+    alerts: pd.DataFrame | None = None  # the alert and improvement rows, every segment
+    # None: no unique_clusters_alerts table (no marks); empty: nothing fired in the range.
 
 
 # --- reading (Spark) ------------------------------------------------------------------------
@@ -90,10 +100,14 @@ _DAILY_COLUMNS = [
     "p90",
     "threshold",
     "share_at_or_below_threshold",
+    "mean",
     "results",
     "missing_cluster_results",
     "missing_cluster_rate",
 ]
+_ALERT_COLUMNS = ["metric_date", "segment", "segment_value", "k", "statistic", "status"]
+_ALERT_COLUMNS += ["value", "baseline_mean", "limit", "delta", "baseline_days", "queries"]
+_ALERT_COLUMNS += ["cluster_table_changed"]
 _K_SWEEP_COLUMNS = ["metric_date", "k", "segment", "segment_value", "queries"]
 _K_SWEEP_COLUMNS += ["unique_clusters_total"]
 _COST_COLUMNS = ["metric_date", "k", "segment", "segment_value", "queries", "slots"]
@@ -134,6 +148,8 @@ def load_report_data(
         raise ReportError(f"{DAILY_TABLE.name} has no rows from {start} to {end}")
     k_sweep = _optional(spark, output, K_SWEEP_TABLE, start, end, _K_SWEEP_COLUMNS)
     cost = _optional(spark, output, REDUNDANCY_COST_TABLE, start, end, _COST_COLUMNS)
+    alerts_df = read_table(spark, output, ALERTS_TABLE)  # absent: no marks, and no error
+    alerts = None if alerts_df is None else _in_range(alerts_df, start, end, _ALERT_COLUMNS)
     return build_report_data(
         daily,
         k_sweep,
@@ -142,6 +158,7 @@ def load_report_data(
         start,
         end,
         max_missing_cluster_rate=config.quality.max_missing_cluster_rate,
+        alerts=alerts,
     )
 
 
@@ -189,8 +206,10 @@ def build_report_data(
     start: dt.date,
     end: dt.date,
     max_missing_cluster_rate: float | None = None,
+    alerts: pd.DataFrame | None = None,
 ) -> ReportData:
-    """The figures' frames from the tables' rows in [start, end] (pure pandas)."""
+    """The figures' frames from the tables' rows in [start, end] (pure pandas); `alerts`, the
+    unique_clusters_alerts rows of the range (None when the table does not exist)."""
     everything = _all_traffic(daily)
     if everything.empty:
         raise ReportError(f"{DAILY_TABLE.name} has no all-traffic rows from {start} to {end}")
@@ -205,6 +224,7 @@ def build_report_data(
             everything,
             ["metric_date", "k", "queries", "threshold", "share_at_or_below_threshold"],
         ),
+        mean=_frame(everything, ["metric_date", "k", "queries", "mean"]),
         histogram_date=histogram_date,
         histogram=histogram,
         missing=_missing(everything),
@@ -213,7 +233,18 @@ def build_report_data(
         cost=_cost(cost, ks=set(everything["k"])),
         segments=_segments(daily),
         evaluation=_evaluation_frame(evaluation),
+        alerts=_fired(alerts),
     )
+
+
+def _fired(rows: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The alerts and improvements, by date, all traffic first, then segments."""
+    if rows is None:
+        return None
+    fired = rows[rows["status"].isin([ALERT, IMPROVEMENT])].copy()
+    fired["_order"] = fired["segment"] != ALL_TRAFFIC
+    keys = ["metric_date", "_order", "segment", "segment_value", "statistic", "k"]
+    return fired.sort_values(keys).drop(columns="_order").reset_index(drop=True)
 
 
 def _all_traffic(df: pd.DataFrame) -> pd.DataFrame:
@@ -346,6 +377,7 @@ def _evaluation_frame(rows: pd.DataFrame | None) -> pd.DataFrame | None:
 FIGURES = (
     "median_band",
     "share_at_or_below_threshold",
+    "mean",
     "histogram_latest",
     "k_sweep",
     "missing_cluster_rate",
@@ -377,6 +409,7 @@ def render(data: ReportData, out_dir: Path) -> Path:
     sections = [
         _median_band_section(data, out_dir),
         _share_section(data, out_dir),
+        _mean_section(data, out_dir),
         _histogram_section(data, out_dir),
         _k_sweep_section(data, out_dir),
         _missing_section(data, out_dir),
@@ -484,6 +517,7 @@ def _share_section(data: ReportData, out_dir: Path) -> _Section:
             markersize=3,
             label=f"k={k}",
         )
+    _mark_alerts(ax, data, SHARE_STATISTIC, scale=100)
     threshold = "threshold" if data.threshold is None else str(data.threshold)
     ax.set_ylabel(f"queries with unique clusters ≤ {threshold} (% of the day's queries)")
     ax.set_ylim(0, 100)
@@ -494,9 +528,96 @@ def _share_section(data: ReportData, out_dir: Path) -> _Section:
         "share_at_or_below_threshold",
         f"Share at or below the threshold ({threshold})",
         "Per day and k, the share of queries whose top-k holds at most the threshold's number "
-        "of distinct clusters (plotted in %, listed as a fraction).",
+        "of distinct clusters (plotted in %, listed as a fraction). A rise is a regression."
+        + _marks_caption(data),
         data.share,
         _save(fig, out_dir / "share_at_or_below_threshold.png"),
+    )
+
+
+def _mean_section(data: ReportData, out_dir: Path) -> _Section:
+    fig, (ax,) = _figure()
+    for k, group in data.mean.groupby("k"):
+        ax.plot(
+            _dates(group["metric_date"]), group["mean"], marker="o", markersize=3, label=f"k={k}"
+        )
+    _mark_alerts(ax, data, MEAN_STATISTIC)
+    ax.set_ylabel("mean unique clusters in the top-k (count)")
+    highest = data.mean["mean"].astype("float64").max()
+    ax.set_ylim(0, highest * 1.08 if highest > 0 else None)  # room for a marker on top
+    ax.set_title(f"Daily mean unique-clusters@k\n{_range_text(data)}")
+    _legend_outside(ax)
+    _date_axis(ax, data)
+    return _Section(
+        "mean",
+        "Daily mean",
+        "Per day and k, the mean number of distinct clusters in the top-k. A fall is a "
+        "regression." + _marks_caption(data),
+        data.mean,
+        _save(fig, out_dir / "mean.png"),
+    )
+
+
+_MARKS = {ALERT: ("tab:red", "X", "alert"), IMPROVEMENT: ("tab:green", "P", "improvement")}
+
+
+def _mark_alerts(ax: Any, data: ReportData, statistic: str, scale: float = 1.0) -> None:
+    """An alert (red) or improvement (green) of `statistic`: a large marker on the all-traffic
+    point it fired on, and a band over its day, naming the segment values, when it fired in
+    segments only."""
+    from matplotlib.transforms import blended_transform_factory
+
+    if data.alerts is None or data.alerts.empty:
+        return
+    fired = data.alerts[data.alerts["statistic"] == statistic]
+    everything = fired["segment"] == ALL_TRAFFIC
+    points = fired[everything]
+    for status, (colour, marker, name) in _MARKS.items():
+        mine = points[points["status"] == status]
+        if not mine.empty:
+            ax.scatter(
+                _dates(mine["metric_date"]),
+                mine["value"] * scale,
+                s=120,
+                marker=marker,
+                color=colour,
+                zorder=5,
+                label=f"{name} (all traffic)",
+            )
+        shown = set(mine["metric_date"])
+        in_segments = fired[~everything & (fired["status"] == status)]
+        days = sorted(set(in_segments["metric_date"]) - shown)
+        for i, day in enumerate(days):
+            start = dt.datetime.combine(day, dt.time()) - dt.timedelta(hours=12)
+            ax.axvspan(
+                start,
+                start + dt.timedelta(days=1),
+                color=colour,
+                alpha=0.15,
+                zorder=0,
+                label=f"{name} in a segment only" if i == 0 else None,
+            )
+            where = in_segments[in_segments["metric_date"] == day]
+            names = sorted({f"{r.segment}={r.segment_value}" for r in where.itertuples()})
+            ax.text(  # at the band's foot, left of the day's points
+                start + dt.timedelta(hours=4),
+                0.02,
+                ", ".join(names),
+                transform=blended_transform_factory(ax.transData, ax.transAxes),
+                rotation=90,
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color=colour,
+            )
+
+
+def _marks_caption(data: ReportData) -> str:
+    if data.alerts is None:
+        return " (No unique_clusters_alerts table: no alert marks.)"
+    return (
+        " Marked: an alert (red X) or improvement (green +) of all traffic on its point; a "
+        "red or green band over a day where one fired in a segment only (see Alerts)."
     )
 
 
@@ -692,6 +813,7 @@ def _html(data: ReportData, sections: list[_Section]) -> str:
         f"<p>Date range: <b>{html.escape(_range_text(data))}</b>. All-traffic rows "
         "(segment = 'all') unless a section says otherwise. Every figure is drawn from the "
         "table beside it, read from the Delta tables.</p>",
+        *_alerts_html(data),
     ]
     for section in sections:
         parts.append(f'<section id="{section.name}"><h2>{html.escape(section.title)}</h2>')
@@ -715,6 +837,27 @@ def _html(data: ReportData, sections: list[_Section]) -> str:
         parts.append(f'<div class="numbers">{_table_html(data.evaluation)}</div></section>')
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _alerts_html(data: ReportData) -> list[str]:
+    """The period's alerts and improvements, every segment (docs/alerts.md)."""
+    parts = ['<section id="alerts"><h2>Alerts and improvements</h2>']
+    if data.alerts is None:
+        parts.append('<p class="note">No unique_clusters_alerts table: nothing judged.</p>')
+    elif data.alerts.empty:
+        parts.append(f"<p>No alert and no improvement in {html.escape(_range_text(data))}.</p>")
+    else:
+        alerts = int((data.alerts["status"] == ALERT).sum())
+        parts.append(
+            f'<p class="caption"><b>{alerts} alert(s)</b> and '
+            f"{len(data.alerts) - alerts} improvement(s): each day's statistic against the "
+            "baseline mean of its past days, firing when the change is at least min_effect "
+            "and beyond the limit (sigmas x sqrt(baseline sd² + the day's sampling variance)). "
+            "A rise of the share or a fall of the mean is an alert.</p>"
+        )
+        parts.append(f'<div class="numbers">{_table_html(data.alerts)}</div>')
+    parts.append("</section>")
+    return parts
 
 
 def _table_html(df: pd.DataFrame) -> str:

@@ -357,6 +357,79 @@ EVALUATION_RESULTS = StructType(
     ]
 )
 
+# --- Alerts (the metric's own alarm) ----------------------------------------------------------
+
+SHARE_STATISTIC = "share_at_or_below_threshold"
+"""A rise of the share of queries at or below the threshold is a regression."""
+MEAN_STATISTIC = "mean"
+"""A fall of the mean unique clusters is a regression."""
+
+TOO_FEW_QUERIES = "too_few_queries"
+INSUFFICIENT_BASELINE = "insufficient_baseline"
+ALERT = "alert"
+IMPROVEMENT = "improvement"
+OK = "ok"
+ALERT_STATUSES = (TOO_FEW_QUERIES, INSUFFICIENT_BASELINE, ALERT, IMPROVEMENT, OK)
+
+ALERTS = StructType(
+    [
+        _field("metric_date", DateType(), "The published day judged.", False),
+        _field("k", IntegerType(), "Window size (a k of metrics.ks).", False),
+        *_SEGMENT_FIELDS,
+        _field(
+            "statistic",
+            StringType(),
+            "share_at_or_below_threshold (a rise is a regression) or mean (a fall is one).",
+            False,
+        ),
+        _field("value", DoubleType(), "The day's value of the statistic (null without queries)."),
+        _field(
+            "baseline_mean",
+            DoubleType(),
+            "Mean of the statistic over the baseline days (null without any).",
+        ),
+        _field(
+            "baseline_sd",
+            DoubleType(),
+            "Sample standard deviation (n - 1) over the baseline days (null with fewer than 2).",
+        ),
+        _field(
+            "baseline_days",
+            IntegerType(),
+            "Baseline days that qualified: published, dq_passed, at least alerts.min_queries.",
+            False,
+        ),
+        _field("queries", LongType(), "The day's queries in this segment value.", False),
+        _field("delta", DoubleType(), "value - baseline_mean."),
+        _field(
+            "limit",
+            DoubleType(),
+            "alerts.sigmas x sqrt(baseline_sd^2 + the day's sampling variance of the value).",
+        ),
+        _field(
+            "min_effect",
+            DoubleType(),
+            "alerts.min_effect of the statistic: the smallest absolute delta that fires.",
+            False,
+        ),
+        _field(
+            "status",
+            StringType(),
+            "too_few_queries, insufficient_baseline, alert, improvement or ok.",
+            False,
+        ),
+        _RUN_FIELDS[0],  # cluster_table_version: the judged day's
+        _field(
+            "cluster_table_changed",
+            BooleanType(),
+            "A baseline day was computed from another cluster table version: the detector "
+            "changed, not necessarily the index.",
+            False,
+        ),
+        *_RUN_FIELDS[1:],  # run_id, computed_at: the run that judged the day
+    ]
+)
+
 
 def column_names(schema: StructType) -> list[str]:
     return [field.name for field in schema.fields]

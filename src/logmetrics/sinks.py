@@ -10,13 +10,14 @@ different dates both land, two runs over the same date leave one copy of it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
 import random
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -26,6 +27,7 @@ from pyspark.sql.types import StructField, StructType
 
 from logmetrics.config import OutputConfig
 from logmetrics.schemas import (
+    ALERTS,
     BY_QUERY,
     DAILY,
     DATA_QUALITY,
@@ -99,6 +101,12 @@ JOB_RUNS_TABLE = Table(
     JOB_RUNS,
     "The run ledger: one row per (run, day) when a day starts and when it ends.",
 )
+ALERTS_TABLE = Table(
+    "unique_clusters_alerts",
+    ALERTS,
+    "Each published day's statistics against their baseline, and the verdict; grain "
+    "(metric_date, k, segment, segment_value, statistic).",
+)
 
 EVALUATION_RESULTS_TABLE = Table(
     "evaluation_results",
@@ -117,6 +125,7 @@ OUTPUT_TABLES = (
     QUARANTINE_TABLE,
     MISSING_CLUSTER_CHUNKS_TABLE,
     JOB_RUNS_TABLE,
+    ALERTS_TABLE,
     EVALUATION_RESULTS_TABLE,
 )
 """Every table logmetrics writes, for `logmetrics maintain`."""
@@ -286,20 +295,27 @@ def optimize(spark: SparkSession, output: OutputConfig, table: Table) -> tuple[i
 
 def vacuum(spark: SparkSession, output: OutputConfig, table: Table, retain_hours: int) -> bool:
     """Delete the files no version of the last `retain_hours` hours reads (Delta's VACUUM):
-    what replaced days and compaction left behind. False when the table does not exist."""
+    what replaced days and compaction left behind. False when the table does not exist.
+    Run it under `small_listings` (`maintain` does)."""
     target = _existing_target(spark, output, table)
     if target is None:
         return False
-    # VACUUM lists the table's files in this many Spark tasks (10,000 by default: half a
-    # minute of task scheduling for a table of a few hundred files on one machine).
+    spark.sql(f"VACUUM {target} RETAIN {int(retain_hours)} HOURS").collect()
+    return True
+
+
+@contextlib.contextmanager
+def small_listings(spark: SparkSession) -> Iterator[None]:
+    """VACUUM lists a table's files in `parallelPartitionDiscovery.parallelism` Spark tasks
+    (10,000 by default: half a minute of task scheduling for a table of a few hundred files on
+    one machine); a handful is enough for these tables. The setting is restored on exit."""
     listing = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
     before = spark.conf.get(listing) or "10000"
     spark.conf.set(listing, "8")
     try:
-        spark.sql(f"VACUUM {target} RETAIN {int(retain_hours)} HOURS").collect()
+        yield
     finally:
         spark.conf.set(listing, before)
-    return True
 
 
 def _existing_target(spark: SparkSession, output: OutputConfig, table: Table) -> str | None:

@@ -6,12 +6,17 @@ a per-query repeat probability, calibrated so that at k=10 the median unique-clu
 about 6 and about 14% of queries have 4 or fewer. With ``dirty=True`` the awkward cases the
 job must survive are mixed in at small rates. Each day is generated with numpy in one go and
 written with pyarrow from offsets, so 90 days x 40,000 queries take seconds, not minutes.
+
+For the alerts (docs/alerts.md), two optional knobs move the repeat probability, and so the
+metric: a weekly season (``weekly_amplitude``) and changes planted on chosen days, in all
+traffic or one segment value (``PlantedChange``). Without them the output is what it always was.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +73,8 @@ SURFACE_WEIGHTS = (0.55, 0.35, 0.10)
 INDEX_VERSIONS = ("v1", "v2")
 INDEX_V2_ROLLOUT_DAYS = 60  # v2's share of traffic grows linearly to 100% over this many days
 
+SEGMENT_VALUES = {"surface": SURFACES, "index_version": INDEX_VERSIONS}
+
 _US_PER_DAY = 86_400 * 1_000_000
 _EPOCH = dt.date(1970, 1, 1)
 
@@ -98,6 +105,35 @@ class GeneratedData:
 
 
 @dataclass(frozen=True)
+class PlantedChange:
+    """A change planted on one day: the repeat probability of the queries of one segment value
+    (``segment`` = ``surface`` or ``index_version``), or of all traffic (``segment`` None),
+    moves by ``repeat_shift``. Positive: more repeats, fewer unique clusters, a regression.
+
+    A segment's lists are drawn again for its queries, with the shift, from a stream of their
+    own (the rest of the day is unchanged); with ``dirty``, a shuffled list among them keeps its
+    shuffled ranks, so its new chunks are not in drawn order (5% of lists; harmless here)."""
+
+    date: dt.date
+    repeat_shift: float
+    segment: str | None = None
+    value: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.segment is None:
+            if self.value is not None:
+                raise ValueError("a change to all traffic has no segment value")
+        elif self.value not in SEGMENT_VALUES.get(self.segment, ()):
+            raise ValueError(f"no segment value {self.segment}={self.value!r} in generated logs")
+
+
+def weekly_shift(date: dt.date, amplitude: float) -> float:
+    """The weekly season's move of the repeat probability on ``date``: ``amplitude`` on
+    Sundays, ``-amplitude`` midweek, a cosine of the weekday (mean 0 over a week)."""
+    return amplitude * float(np.cos(2 * np.pi * (date.isoweekday() % 7) / 7))
+
+
+@dataclass(frozen=True)
 class _Corpus:
     chunk_ids: pa.Array  # string id of chunk number i
     cluster_of: np.ndarray  # chunk number -> cluster number
@@ -113,12 +149,16 @@ def generate(
     seed: int,
     list_length: int = 10,
     dirty: bool = True,
+    weekly_amplitude: float = 0.0,
+    planted: Sequence[PlantedChange] = (),
 ) -> GeneratedData:
     """Write ``days`` daily partitions of served logs plus the cluster table under ``out_dir``.
 
     Layout: ``served_logs/date=YYYY-MM-DD/part-00000.parquet`` and
     ``clusters_parquet/part-00000.parquet``; both directories are replaced if present. The row
     content depends only on the arguments (day i does not depend on ``days``).
+    ``weekly_amplitude`` adds a weekly season to every query's repeat probability
+    (``weekly_shift``); ``planted`` changes chosen days.
     """
     if days < 1 or queries_per_day < 1 or list_length < 1:
         raise ValueError("days, queries_per_day and list_length must all be >= 1")
@@ -141,6 +181,7 @@ def generate(
     rows = entries = 0
     for day_index, day_seq in enumerate(day_seqs):
         date = start + dt.timedelta(days=day_index)
+        changes = [c for c in planted if c.date == date]
         table = _day_table(
             np.random.default_rng(day_seq),
             corpus,
@@ -149,6 +190,10 @@ def generate(
             queries_per_day,
             list_length,
             dirty,
+            shift=weekly_shift(date, weekly_amplitude)
+            + sum(c.repeat_shift for c in changes if c.segment is None),
+            segment_changes=[c for c in changes if c.segment is not None],
+            plant_rng=np.random.default_rng((seed, day_index, 18)),
         )
         partition = served_dir / f"date={date.isoformat()}"
         partition.mkdir()
@@ -246,18 +291,21 @@ def _cluster_table(rng: np.random.Generator, corpus: _Corpus, dirty: bool) -> pa
 
 
 def _draw_lists(
-    rng: np.random.Generator, corpus: _Corpus, n_queries: int, length: int
+    rng: np.random.Generator, corpus: _Corpus, n_queries: int, length: int, shift: float = 0.0
 ) -> np.ndarray:
     """Chunk numbers of shape (n_queries, length), in intended rank order.
 
-    Slot 0 is a new cluster. Each later slot, with the query's repeat probability, repeats a
-    cluster already in the list (another member, or rarely the very same chunk); otherwise,
-    or when nothing in the list has another member, it draws a cluster not yet in the list.
+    Slot 0 is a new cluster. Each later slot, with the query's repeat probability (moved by
+    ``shift``, kept in [0, 1]), repeats a cluster already in the list (another member, or rarely
+    the very same chunk); otherwise, or when nothing in the list has another member, it draws a
+    cluster not yet in the list.
     """
     n_chunks = len(corpus.chunk_ids)
     chunks = np.empty((n_queries, length), dtype=np.int64)
     clusters = np.empty((n_queries, length), dtype=np.int64)
     repeat_p = rng.beta(REPEAT_BETA_A, REPEAT_BETA_B, size=n_queries)
+    if shift:
+        repeat_p = np.clip(repeat_p + shift, 0.0, 1.0)
     rows = np.arange(n_queries)
 
     def new_chunks(who: np.ndarray, j: int) -> np.ndarray:
@@ -308,6 +356,26 @@ def _draw_lists(
     return chunks
 
 
+def _lists(
+    corpus: _Corpus,
+    flat_chunks: np.ndarray,
+    flat_ranks: np.ndarray,
+    lengths: np.ndarray,
+    null_chunk: np.ndarray,
+    null_rank: np.ndarray,
+) -> pa.ListArray:
+    """The day's result lists, one ListArray from the flattened entries and the lengths."""
+    entries = pa.StructArray.from_arrays(
+        [
+            pa.array(flat_ranks, pa.int32(), mask=null_rank),
+            corpus.chunk_ids.take(pa.array(flat_chunks, mask=null_chunk)),
+        ],
+        fields=list(RESULT_TYPE),
+    )
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), entries)
+
+
 def _day_table(
     rng: np.random.Generator,
     corpus: _Corpus,
@@ -316,9 +384,12 @@ def _day_table(
     n_queries: int,
     length: int,
     dirty: bool,
+    shift: float = 0.0,
+    segment_changes: Sequence[PlantedChange] = (),
+    plant_rng: np.random.Generator | None = None,
 ) -> pa.Table:
     """One day's served-log rows as a pyarrow table (no ``date`` column)."""
-    chunks = _draw_lists(rng, corpus, n_queries, length)
+    chunks = _draw_lists(rng, corpus, n_queries, length, shift)
     ranks = np.tile(np.arange(1, length + 1, dtype=np.int32), (n_queries, 1))
     lengths = np.full(n_queries, length, dtype=np.int64)
     if dirty:
@@ -338,21 +409,11 @@ def _day_table(
 
     # The day's request lists as one ListArray built from offsets.
     keep = np.arange(length) < lengths[:, None]
-    flat_chunks, flat_ranks = chunks[keep], ranks[keep]
-    null_chunk = np.zeros(len(flat_chunks), dtype=bool)
-    null_rank = np.zeros(len(flat_chunks), dtype=bool)
+    null_chunk = np.zeros(int(keep.sum()), dtype=bool)
+    null_rank = np.zeros(int(keep.sum()), dtype=bool)
     if dirty:
-        null_chunk[_pick(rng, len(flat_chunks), NULL_CHUNK_ENTRY_RATE)] = True
-        null_rank[_pick(rng, len(flat_chunks), NULL_RANK_ENTRY_RATE)] = True
-    entries = pa.StructArray.from_arrays(
-        [
-            pa.array(flat_ranks, pa.int32(), mask=null_rank),
-            corpus.chunk_ids.take(pa.array(flat_chunks, mask=null_chunk)),
-        ],
-        fields=list(RESULT_TYPE),
-    )
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    lists = pa.ListArray.from_arrays(pa.array(offsets), entries)
+        null_chunk[_pick(rng, len(null_chunk), NULL_CHUNK_ENTRY_RATE)] = True
+        null_rank[_pick(rng, len(null_rank), NULL_RANK_ENTRY_RATE)] = True
 
     day_start = (date - _EPOCH).days * _US_PER_DAY
     served_at = day_start + rng.integers(0, _US_PER_DAY, size=n_queries)
@@ -360,6 +421,15 @@ def _day_table(
     surface = rng.choice(len(SURFACES), size=n_queries, p=SURFACE_WEIGHTS)
     v2_share = min(1.0, (day_index + 1) / INDEX_V2_ROLLOUT_DAYS)
     version = (rng.random(n_queries) < v2_share).astype(np.int64)
+    for change in segment_changes:  # drawn again, from their own stream: the rest is as ever
+        assert plant_rng is not None and change.value is not None
+        codes = surface if change.segment == "surface" else version
+        who = codes == SEGMENT_VALUES[str(change.segment)].index(change.value)
+        redrawn = _draw_lists(
+            plant_rng, corpus, int(who.sum()), length, shift + change.repeat_shift
+        )
+        chunks[who] = redrawn
+    lists = _lists(corpus, chunks[keep], ranks[keep], lengths, null_chunk, null_rank)
 
     # Rows point at a request (for id, surface, version), a list and a timestamp; -1 means null.
     row_request = np.arange(n_queries)

@@ -1,5 +1,6 @@
 """Settings for the DAG tests: Airflow's production defaults, a throwaway AIRFLOW_HOME, no
-example DAGs. The tests need no database: they parse and render, they do not schedule.
+example DAGs, the DAG folder as the dags-folder bundle. test_dags.py needs no database (it
+parses and renders); test_nightly_end_to_end.py creates a SQLite one in AIRFLOW_HOME.
 
 Not AIRFLOW__CORE__UNIT_TEST_MODE: it loads Airflow's own unit_tests.cfg, which among other things
 turns `create_cron_data_intervals` on, i.e. changes what a cron schedule means, and would hide
@@ -19,6 +20,11 @@ import shutil
 import tempfile
 
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+# The DAG bundle `dag.test()` syncs from (test_nightly_end_to_end.py): read when Airflow loads.
+os.environ.setdefault(
+    "AIRFLOW__CORE__DAGS_FOLDER",
+    os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "airflow", "dags"),
+)
 if "AIRFLOW_HOME" not in os.environ:  # never write an airflow.cfg into ~/airflow
     os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="airflow-home-")
     atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)

@@ -208,16 +208,34 @@ def test_dags_serialize_for_the_scheduler(dagbag: DagBag) -> None:
 @pytest.mark.parametrize("dag_id", ["logmetrics_nightly", "logmetrics_backfill"])
 def test_both_dags_branch_to_two_runners(dagbag: DagBag, dag_id: str) -> None:
     dag = dagbag.dags[dag_id]
-    assert set(dag.task_ids) == {"choose_runner", "spark_submit", "databricks"}
+    runners = {"choose_runner", "spark_submit", "databricks"}
+    alerts = (
+        {"spark_submit_alerts", "databricks_alerts"} if dag_id == "logmetrics_nightly" else set()
+    )
+    assert set(dag.task_ids) == runners | alerts
     assert dag.get_task("choose_runner").downstream_task_ids == {"spark_submit", "databricks"}
     assert dag.max_active_runs == 1
     assert "logmetrics" in dag.tags
     for task in dag.tasks:
+        if task.task_id in alerts:
+            continue
         assert task.retries == 3
         assert task.retry_exponential_backoff
         assert task.retry_delay == dt.timedelta(minutes=10)
         assert task.max_retry_delay == dt.timedelta(hours=2)
         assert task.execution_timeout is not None
+
+
+def test_nightly_alerts_follow_the_run_on_its_path_without_retries(dagbag: DagBag) -> None:
+    """An alert (exit 4) is a verdict on the day, not a glitch: no retry, the run goes red."""
+    dag = dagbag.dags["logmetrics_nightly"]
+    for path in ("spark_submit", "databricks"):
+        alerts = dag.get_task(f"{path}_alerts")
+        assert dag.get_task(path).downstream_task_ids == {alerts.task_id}
+        assert alerts.downstream_task_ids == set()
+        assert alerts.retries == 0
+        assert alerts.trigger_rule == "all_success"  # a skipped path skips its alerts too
+        assert alerts.execution_timeout == dt.timedelta(hours=1)
 
 
 def test_nightly_schedule(dagbag: DagBag) -> None:
@@ -379,6 +397,33 @@ def test_manual_nightly_run_computes_the_last_complete_day(
     assert task.application_args == ["--config", CONFIG, "--date", "2026-03-14"]
 
 
+def test_nightly_alerts_render_the_same_day_on_both_paths(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    expected = ["--config", CONFIG, "--start", "2026-03-14", "--end", "2026-03-14"]
+    expected.append("--fail-on-alert")
+    task, _ = render(nightly_ti(dags, "spark_submit_alerts", dt.date(2026, 3, 14)))
+    # jobs/alerts.py prepends `alerts`
+    assert task.application == "jobs/alerts.py"
+    assert task.application_args == expected
+    assert task.packages == "io.delta:delta-spark_4.1_2.13:4.3.1"
+    assert task.name == "logmetrics-alerts-2026-03-14"
+    assert spark_submit_command(task, variables)[-8:] == ["jobs/alerts.py", *expected]
+
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_RUNNER", "databricks")
+    task, context = render(nightly_ti(dags, "databricks_alerts", dt.date(2026, 3, 14)))
+    wheel_task = {
+        "package_name": "logmetrics",
+        "entry_point": "logmetrics",
+        "parameters": ["alerts", *expected],
+    }
+    assert task.json["python_wheel_task"] == wheel_task
+    payload = submitted_payload(task, context)
+    assert payload["python_wheel_task"] == wheel_task
+    assert payload["run_name"] == "logmetrics-alerts-2026-03-14"
+    assert payload["libraries"] == [{"whl": WHEEL}]
+
+
 # --- backfill: the rendered command ---------------------------------------------------------
 
 
@@ -468,7 +513,8 @@ def test_delta_package_is_the_one_logmetrics_uses() -> None:
 
 
 @pytest.mark.parametrize(
-    ("script", "command"), [("nightly.py", "run"), ("backfill.py", "backfill")]
+    ("script", "command"),
+    [("nightly.py", "run"), ("backfill.py", "backfill"), ("alerts.py", "alerts")],
 )
 def test_job_scripts_prepend_their_command(script: str, command: str) -> None:
     text = (REPO / "jobs" / script).read_text()

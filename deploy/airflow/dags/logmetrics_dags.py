@@ -8,6 +8,11 @@ What: each DAG renders one `logmetrics` command (`run --config C --date D`, or
 - `databricks`: DatabricksSubmitRunOperator runs the logmetrics wheel as a `python_wheel_task`
   (entry point `logmetrics`, the full argument list) on a new job cluster.
 
+The nightly DAG then runs, on the same path, `logmetrics alerts --config C --start D --end D
+--fail-on-alert` (`jobs/alerts.py`): the day just published judged against its baseline, from
+the daily table alone. It exits 4 on an alert, so the DAG run turns red (and notifies) without
+the day being recomputed; it has no retries, since an alert is a verdict on data, not a glitch.
+
 Why this shape: the DAGs are thin on purpose. Dates, data-quality gates and the idempotent
 per-date writes (`replaceWhere` on `metric_date`) live in logmetrics, so a retry, a catch-up run
 or a re-run of any day is safe and behaves exactly like the CLI. This file imports nothing from
@@ -107,19 +112,24 @@ def choose_runner(params: dict[str, Any] | None = None) -> str:
     return runner
 
 
-def _runner_tasks(script: str, command: str, args: list[str], name: str) -> None:
-    """choose_runner >> [spark_submit, databricks], both running `logmetrics <command> <args>`."""
-    spark_submit = _SparkSubmit(
-        task_id="spark_submit",
+def _spark_submit(task_id: str, script: str, args: list[str], name: str, **kwargs: Any) -> Any:
+    """SparkSubmitOperator running `jobs/<script>` (which prepends its command) with Delta."""
+    return _SparkSubmit(
+        task_id=task_id,
         conn_id=_var("logmetrics_spark_conn_id", "spark_default"),
-        application=_var("logmetrics_jobs_dir", "jobs") + f"/{script}",  # prepends `command`
+        application=_var("logmetrics_jobs_dir", "jobs") + f"/{script}",
         application_args=args,
         packages=DELTA_PACKAGE,
         conf=DELTA_CONF,
         name=name,
+        **kwargs,
     )
-    databricks = _WheelSubmitRun(
-        task_id="databricks",
+
+
+def _databricks(task_id: str, command: str, args: list[str], name: str, **kwargs: Any) -> Any:
+    """A one-time Databricks run of the wheel's `logmetrics <command> <args>` on a job cluster."""
+    return _WheelSubmitRun(
+        task_id=task_id,
         databricks_conn_id=_var("logmetrics_databricks_conn_id", "databricks_default"),
         json={
             "run_name": name,
@@ -136,8 +146,27 @@ def _runner_tasks(script: str, command: str, args: list[str], name: str) -> None
                 "parameters": [command, *args],
             },
         },
+        **kwargs,
     )
+
+
+def _runner_tasks(script: str, command: str, args: list[str], name: str) -> tuple[Any, Any]:
+    """choose_runner >> [spark_submit, databricks], both running `logmetrics <command> <args>`;
+    returns the two path tasks."""
+    spark_submit = _spark_submit("spark_submit", script, args, name)
+    databricks = _databricks("databricks", command, args, name)
     choose_runner() >> [spark_submit, databricks]
+    return spark_submit, databricks
+
+
+def _alerts_tasks(paths: tuple[Any, Any], day: str, name: str) -> None:
+    """After each path's run, on the same path: `logmetrics alerts` for `day`, failing on an
+    alert (exit 4) with no retry. The branch's skip of the other path reaches its alerts task."""
+    args = ["--config", CONFIG, "--start", day, "--end", day, "--fail-on-alert"]
+    settings: dict[str, Any] = {"retries": 0, "execution_timeout": dt.timedelta(hours=1)}
+    spark_submit, databricks = paths
+    spark_submit >> _spark_submit("spark_submit_alerts", "alerts.py", args, name, **settings)
+    databricks >> _databricks("databricks_alerts", "alerts", args, name, **settings)
 
 
 with DAG(
@@ -164,12 +193,13 @@ with DAG(
     tags=["logmetrics"],
     doc_md=__doc__,
 ):
-    _runner_tasks(
+    nightly = _runner_tasks(
         script="nightly.py",
         command="run",
         args=["--config", CONFIG, "--date", DAY],
         name="logmetrics-nightly-" + DAY,
     )
+    _alerts_tasks(nightly, DAY, name="logmetrics-alerts-" + DAY)
 
 
 _DATE = {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"}

@@ -1,0 +1,127 @@
+"""Wires the alert rule (`alerts`) to the tables: the published daily rows of the days judged
+and of their baselines in (one Delta read, a few hundred rows a day, to the driver), the
+`unique_clusters_alerts` rows of those days out (one commit, replacing exactly those dates).
+
+`run`/`backfill` call it after each chunk's daily tables are published, with the chunk's
+published days; `logmetrics alerts` calls it with a range, from the published table alone.
+An alert never fails the run that finds it: it is printed and logged (the day is real data).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from logmetrics.alerts import DAILY_COLUMNS, alert_rows, describe
+from logmetrics.config import Config
+from logmetrics.errors import InputError
+from logmetrics.schemas import ALERT, ALERTS, IMPROVEMENT
+from logmetrics.sinks import ALERTS_TABLE, DAILY_TABLE, read_table, replace_dates, table_ref
+
+log = logging.getLogger(__name__)
+
+
+def publish_alerts(
+    spark: SparkSession,
+    config: Config,
+    days: Sequence[dt.date],
+    run_id: str,
+    computed_at: dt.datetime,
+) -> pd.DataFrame:
+    """Judge `days` against the published daily table and replace their rows of
+    unique_clusters_alerts (a day without published rows is left with none). Returns the rows
+    written but the run's stamp (`alerts.ALERT_COLUMNS`)."""
+    began = time.monotonic()
+    first, last = min(days), max(days)
+    daily = published_daily(
+        spark, config, first - dt.timedelta(config.alerts.lookback_days()), last
+    )
+    rows = alert_rows(daily, days, config.alerts, config.metrics.ks)
+    stamp = {"run_id": run_id, "computed_at": computed_at}
+    records = [
+        tuple(stamp[f.name] if f.name in stamp else _plain(row[f.name]) for f in ALERTS.fields)
+        for row in rows.to_dict("records")
+    ]
+    replace_dates(
+        spark, spark.createDataFrame(records, ALERTS), config.output, ALERTS_TABLE, list(days)
+    )
+    log.info(
+        "%s: %d row(s) for %d day(s) from %s to %s in %.1fs",
+        ALERTS_TABLE.name,
+        len(rows),
+        len(set(days)),
+        first,
+        last,
+        time.monotonic() - began,
+    )
+    return rows
+
+
+def published_daily(
+    spark: SparkSession, config: Config, first: dt.date, last: dt.date
+) -> pd.DataFrame:
+    """The published `unique_clusters_daily` rows of first..last at the ks of the config, with
+    the columns the rule reads."""
+    daily_df = read_table(spark, config.output, DAILY_TABLE)
+    if daily_df is None:
+        raise InputError(
+            f"no {DAILY_TABLE.name} table at {table_ref(config.output, DAILY_TABLE)}: "
+            "nothing is published to judge (run `logmetrics backfill` first)"
+        )
+    selected = daily_df.where(
+        F.col("metric_date").between(F.lit(first), F.lit(last))
+        & F.col("k").isin(list(config.metrics.ks))
+    ).select(*DAILY_COLUMNS)
+    return pd.DataFrame(selected.toPandas(), columns=DAILY_COLUMNS)
+
+
+def announce(rows: pd.DataFrame) -> int:
+    """Print and log one line per alert and improvement, in date order; return the number of
+    alerts."""
+    fired = rows[rows["status"].isin([ALERT, IMPROVEMENT])]
+    for row in fired.itertuples():
+        line = describe(row)
+        print(line, flush=True)
+        log.log(
+            logging.WARNING if row.status == ALERT else logging.INFO,
+            line,
+            extra={
+                "fields": {
+                    "alert": row.status,
+                    "metric_date": str(row.metric_date),
+                    "segment": row.segment,
+                    "segment_value": row.segment_value,
+                    "k": int(row.k),
+                    "statistic": row.statistic,
+                    "value": float(row.value),
+                    "baseline_mean": float(row.baseline_mean),
+                    "limit": float(row.limit),
+                }
+            },
+        )
+    alerts = int((rows["status"] == ALERT).sum())
+    judged = rows["metric_date"].nunique()
+    log.info(
+        "alerts: %d day(s) judged, %d alert(s), %d improvement(s)",
+        judged,
+        alerts,
+        len(fired) - alerts,
+    )
+    return alerts
+
+
+def _plain(value: Any) -> Any:
+    """A pandas/numpy cell as the Python value Spark takes (NaN and NA as null)."""
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value.item() if hasattr(value, "item") else value

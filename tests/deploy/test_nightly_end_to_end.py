@@ -1,0 +1,210 @@
+"""The DAGs run end to end in a real Airflow (`dag.test()`: the scheduler's loop, a SQLite
+metadata database, every task executed), on the spark_submit path: the real `spark-submit` of
+the main venv (.venv, which `make test-deploy` builds first) runs jobs/*.py with local Spark on
+generated logs, into a temporary warehouse.
+
+One generated history of five days (600 queries a day, over alerts.min_queries), the last day a
+planted regression (every query repeats more: fewer distinct clusters); one warehouse for all:
+1. `logmetrics_backfill` publishes the first three days (the baseline);
+2. `logmetrics_nightly` for day 4, a quiet day: the run and its alerts task succeed;
+3. `logmetrics_nightly` for day 5, the regression: the run succeeds (the day is published), the
+   alerts task exits 4 and fails the DAG run, once: it has no retries.
+
+The config judges against a trailing baseline (the previous days) so that three days of history
+are enough; the rule is the same. The tables are read back with pyarrow from the Delta log.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("airflow", reason="DAG tests run in the Airflow venv: make test-deploy")
+
+import pyarrow.parquet as pq
+from airflow.dag_processing.dagbag import DagBag
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_FOLDER = REPO / "deploy" / "airflow" / "dags"
+VENV_BIN = REPO / ".venv" / "bin"
+UTC = dt.UTC
+DAYS = [dt.date(2026, 11, 10) + dt.timedelta(days=i) for i in range(5)]
+QUIET, REGRESSED = DAYS[3], DAYS[4]
+# Local Spark under spark-submit, tuned like the test suite's session (tests/conftest.py).
+FAST_SPARK = {
+    "spark.sql.shuffle.partitions": "1",
+    "spark.default.parallelism": "1",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.databricks.delta.snapshotPartitions": "1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+}
+
+
+def _main_venv(command: str, *args: str) -> str:
+    if not (VENV_BIN / "spark-submit").exists():
+        pytest.fail(
+            f"{VENV_BIN} has no spark-submit: `make install` builds it (make test-deploy does)"
+        )
+    done = subprocess.run(
+        [str(VENV_BIN / command), *args], check=True, capture_output=True, text=True
+    )
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """Generated logs, the job's config, Spark's conf dir and the Airflow environment; the
+    metadata database is created once."""
+    root = tmp_path_factory.mktemp("nightly")
+    data, warehouse, spark_conf = root / "data", root / "warehouse", root / "spark-conf"
+    _main_venv(
+        "logmetrics",
+        *("generate", "--out", str(data), "--start", str(DAYS[0]), "--days", str(len(DAYS))),
+        *("--queries-per-day", "600", "--seed", "18", "--clean", "--clusters-format", "parquet"),
+        *("--plant", f"{REGRESSED}:0.2"),
+    )
+    config = root / "job.yaml"
+    config.write_text(
+        "inputs:\n"
+        f"  served_logs: {{path: '{data / 'served_logs'}'}}\n"
+        f"  clusters: {{path: '{data / 'clusters_parquet'}', format: parquet}}\n"
+        f"output: {{warehouse: '{warehouse}'}}\n"
+        "metrics: {ks: [10]}\n"
+        "alerts: {baseline: trailing, baseline_days: 7}\n"
+    )
+    # What `make cluster-up` gives spark-submit: Delta's jars and settings (from logmetrics, so
+    # the pin stays in one place), and the Ivy settings that resolve from Maven Central only.
+    spark_conf.mkdir()
+    defaults = _main_venv("python", "-m", "logmetrics.session")
+    defaults += "".join(f"{key} {value}\n" for key, value in FAST_SPARK.items())
+    (spark_conf / "spark-defaults.conf").write_text(defaults)
+
+    environment = {
+        "AIRFLOW_VAR_LOGMETRICS_CONFIG": str(config),
+        "AIRFLOW_VAR_LOGMETRICS_JOBS_DIR": str(REPO / "jobs"),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[1]"}),
+        # spark-submit, and the driver's Python with logmetrics installed: the main venv's.
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
+        "PYSPARK_PYTHON": str(VENV_BIN / "python"),
+        "PYSPARK_DRIVER_PYTHON": str(VENV_BIN / "python"),
+        "SPARK_CONF_DIR": str(spark_conf),
+    }
+    saved = {key: os.environ.get(key) for key in environment}
+    os.environ.update(environment)
+    from airflow.utils.db import initdb
+
+    initdb()
+    yield {"warehouse": warehouse}
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _dag(dag_id: str) -> Any:
+    """The DAG as deployed, but for the path tasks' retries: a failing run would otherwise wait
+    ten minutes for its retry. The alerts tasks keep theirs (none), which is under test."""
+    dag = DagBag(dag_folder=str(DAG_FOLDER)).dags[dag_id]
+    for task in dag.tasks:
+        if not task.task_id.endswith("_alerts"):
+            task.retries = 0
+    return dag
+
+
+def _states(run: Any) -> dict[str, tuple[str, int]]:
+    return {ti.task_id: (str(ti.state), ti.try_number) for ti in run.get_task_instances()}
+
+
+def _nightly(day: dt.date) -> Any:
+    """A manual nightly run whose data interval is `day` (the run after it, at 02:00 UTC)."""
+    logical_date = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(2), tzinfo=UTC)
+    return _dag("logmetrics_nightly").test(logical_date=logical_date)
+
+
+def read_delta(path: Path) -> list[dict[str, Any]]:
+    """A small Delta table's rows: the log's live files (JSON commits replayed, no checkpoint
+    needed) read with pyarrow, partition values put back."""
+    live: dict[str, dict[str, str]] = {}
+    for commit in sorted((path / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                live[action["add"]["path"]] = action["add"]["partitionValues"]
+            elif "remove" in action:
+                live.pop(action["remove"]["path"], None)
+    rows = []
+    for file, partitions in live.items():
+        for row in pq.read_table(path / file).to_pylist():
+            rows.append({**row, **partitions})
+    return rows
+
+
+def _days(rows: list[dict[str, Any]]) -> set[str]:
+    return {str(row["metric_date"]) for row in rows}
+
+
+def test_backfill_dag_publishes_the_baseline(world: dict[str, Path]) -> None:
+    run = _dag("logmetrics_backfill").test(
+        logical_date=None, run_conf={"start": str(DAYS[0]), "end": str(DAYS[2])}
+    )
+    states = _states(run)
+    assert str(run.state) == "success", states
+    assert states["spark_submit"] == ("success", 1)
+    assert states["databricks"][0] == "skipped"
+    daily = read_delta(world["warehouse"] / "unique_clusters_daily")
+    assert _days(daily) == {str(d) for d in DAYS[:3]}
+    alerts = read_delta(world["warehouse"] / "unique_clusters_alerts")
+    # The first day has no baseline at all; then one and two days: fewer than 3.
+    assert {row["status"] for row in alerts} == {"insufficient_baseline"}
+
+
+def test_nightly_quiet_day_succeeds(world: dict[str, Path]) -> None:
+    run = _nightly(QUIET)
+    states = _states(run)
+    assert str(run.state) == "success", states
+    assert states["choose_runner"] == ("success", 1)
+    assert states["spark_submit"] == ("success", 1)
+    assert states["spark_submit_alerts"] == ("success", 1)
+    assert states["databricks"][0] == states["databricks_alerts"][0] == "skipped"
+    daily = read_delta(world["warehouse"] / "unique_clusters_daily")
+    assert _days(daily) == {str(d) for d in DAYS[:4]}
+    quiet = [r for r in read_delta(world["warehouse"] / "unique_clusters_alerts")
+             if str(r["metric_date"]) == str(QUIET)]  # fmt: skip
+    assert {(r["statistic"], r["status"], r["baseline_days"]) for r in quiet} == {
+        ("mean", "ok", 3),
+        ("share_at_or_below_threshold", "ok", 3),
+    }
+
+
+def test_nightly_regression_fails_on_the_alerts_task_without_retry(
+    world: dict[str, Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    run = _nightly(REGRESSED)
+    printed = "".join(capfd.readouterr())  # the task logs, spark-submit's output among them
+    # It failed for the alert: `logmetrics alerts` printed it and exited 4.
+    assert f"ALERT {REGRESSED} all traffic k=10 share_at_or_below_threshold: " in printed
+    assert "Error code is: 4." in printed
+    states = _states(run)
+    assert str(run.state) == "failed", states
+    assert states["spark_submit"] == ("success", 1)  # the day is published: it is real data
+    assert states["spark_submit_alerts"] == ("failed", 1)  # exit 4, and no second try
+    assert states["databricks"][0] == states["databricks_alerts"][0] == "skipped"
+    daily = read_delta(world["warehouse"] / "unique_clusters_daily")
+    assert _days(daily) == {str(d) for d in DAYS}
+    regressed = [r for r in read_delta(world["warehouse"] / "unique_clusters_alerts")
+                 if str(r["metric_date"]) == str(REGRESSED)]  # fmt: skip
+    assert {(r["statistic"], r["status"]) for r in regressed} == {
+        ("mean", "alert"),
+        ("share_at_or_below_threshold", "alert"),
+    }
+    assert all(r["baseline_days"] == 4 for r in regressed)
