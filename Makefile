@@ -18,9 +18,11 @@ $(STAMP): pyproject.toml constraints.txt
 demo: install
 	$(BIN)/logmetrics demo
 
-# The whole suite, then the DAG tests in their own Airflow venv (a few minutes, the venv cold).
+# The whole suite on two workers (pytest-xdist, a module per worker at a time: tests/conftest.py
+# hands out the longest first), then the DAG tests in their own Airflow venv (a few minutes, the
+# venv cold).
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=30
 	$(MAKE) --no-print-directory test-deploy
 
 test-fast: install

@@ -25,7 +25,7 @@ from logmetrics.synthetic import generate
 pytestmark = pytest.mark.slow
 
 START = dt.date(2026, 6, 1)
-DAYS = 10
+DAYS = 6  # three chunks of two days: a kill can land in the first, and days remain after it
 END = START + dt.timedelta(days=DAYS - 1)
 VOLATILE = {"run_id", "computed_at", "checked_at", "quarantined_at", "details"}
 TABLES = ("unique_clusters_by_query", "unique_clusters_daily", "data_quality", "quarantine")
@@ -48,7 +48,9 @@ def _config(data: Path, warehouse: Path, **sections: str) -> Path:
         "metrics: {ks: [5, 10]}\n"
         "backfill: {days_per_chunk: 2}\n"
         "quality: {max_malformed_rate: 0.05, on_failure: warn}\n"
-        "spark: {master: 'local[1]', driver_memory: 1g}\n"
+        # The runs under test are a few seconds of work each: a JVM for short runs, one task.
+        "spark: {master: 'local[1]', driver_memory: 1g, profile: short,\n"
+        "        conf: {spark.sql.shuffle.partitions: '1', spark.default.parallelism: '1'}}\n"
     )
     text += "".join(f"{key}: {value}\n" for key, value in sections.items())
     path.write_text(text)
@@ -188,7 +190,7 @@ def uninterrupted(data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(
     ("moment", "pattern", "occurrence", "delay"),
     [
-        ("while reading the logs", r"computing 10 day\(s\)", 1, 1.0),
+        ("while reading the logs", rf"computing {DAYS} day\(s\)", 1, 1.0),
         ("during a Delta commit", "writing .*unique_clusters_daily", 2, 0.2),
         ("between days", ": published,", 2, 0.0),
     ],
@@ -203,7 +205,7 @@ def test_killed_backfill_resumes_to_the_tables_of_an_uninterrupted_run(
     occurrence: int,
     delay: float,
 ) -> None:
-    """SIGKILL at a point of a 10-day backfill (chunks of 2 days): no reader sees a partial
+    """SIGKILL at a point of a 6-day backfill (chunks of 2 days): no reader sees a partial
     or doubled day meanwhile, and the resumed run converges to the uninterrupted run's tables."""
     warehouse = tmp_path / "killed"
     config = _config(data, warehouse)

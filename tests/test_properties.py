@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 import reference
-from logmetrics.distributions import daily_distributions, with_segments
+from logmetrics.distributions import daily_distributions, daily_from_sums, with_segments
 from logmetrics.metrics import (
     cluster_keys,
     explode_windows,
@@ -20,7 +20,7 @@ from logmetrics.metrics import (
     unique_clusters_by_request,
 )
 from logmetrics.schemas import CLUSTERS, SERVED_LOGS
-from logmetrics.slots import k_sweep, redundancy_cost, slot_sums
+from logmetrics.slots import day_sums, k_sweep, redundancy_cost
 from logmetrics.sources import filter_served_between
 
 pytestmark = pytest.mark.slow
@@ -134,8 +134,10 @@ def test_spark_equals_reference(
         filter_served_between, START, END
     )
     clusters_df = spark.createDataFrame(cluster_rows, CLUSTERS)
-    by_query_df = unique_clusters_by_request(logs_df, cluster_keys(clusters_df), ks).transform(
-        explode_windows
+    by_query_df = (
+        unique_clusters_by_request(logs_df, cluster_keys(clusters_df), ks)
+        .transform(explode_windows)
+        .cache()  # collected, then aggregated
     )
     got = sorted(
         (r.asDict() for r in by_query_df.collect()),
@@ -148,12 +150,12 @@ def test_spark_equals_reference(
         [(d, k) for d in reference.dates_between(START, END) for k in ks],
         "metric_date date, k int",
     )
-    daily_df = daily_distributions(by_query_df, calendar, max(ks), threshold)
-    assert daily_df.where("segment != 'all' OR segment_value != 'all'").isEmpty()
-    got_daily = sorted(
-        (_without_segment(r.asDict()) for r in daily_df.collect()),
-        key=lambda r: (r["metric_date"], r["k"]),
-    )
+    daily = [
+        r.asDict() for r in daily_distributions(by_query_df, calendar, max(ks), threshold).collect()
+    ]
+    assert all((r["segment"], r["segment_value"]) == ("all", "all") for r in daily)
+    got_daily = sorted(map(_without_segment, daily), key=lambda r: (r["metric_date"], r["k"]))
+    by_query_df.unpersist()
     expected_daily = reference.daily(_reference_rows(rows), cluster_rows, ks, threshold, START, END)
     assert got_daily == expected_daily
 
@@ -234,19 +236,22 @@ def test_sweep_cost_and_segments_equal_reference(
         requests_by_key(logs_df, cluster_keys(clusters_df), ks, segment_by=("surface",))
         .transform(filter_served_requests)
         .transform(with_segments, ("surface",))
-    ).cache()
+    )
     dates = reference.dates_between(START, END)
     calendar = spark.createDataFrame([(d, k) for d in dates for k in ks], "metric_date date, k int")
     sweep_calendar = spark.createDataFrame(
         [(d, k) for d in dates for k in range(1, max_k + 1)], "metric_date date, k int"
     )
-    sums_df = slot_sums(segmented_df, max_k, TOKENS_PER_SLOT)
+    # The pipeline's path: one aggregation (`day_sums`), brought to the driver as Arrow, from
+    # which the three tables are derived; each table is collected once.
+    sums_df = spark.createDataFrame(day_sums(segmented_df, ks, TOKENS_PER_SLOT).toArrow())
     got = {
-        "daily": daily_distributions(
-            segmented_df.transform(explode_windows), calendar, max_k, threshold=2
-        ),
-        "sweep": k_sweep(sums_df, sweep_calendar),
-        "cost": redundancy_cost(sums_df, calendar, TOKENS_PER_SLOT, USD_PER_MILLION),
+        table: [r.asDict() for r in df.collect()]
+        for table, df in {
+            "daily": daily_from_sums(sums_df, calendar, threshold=2),
+            "sweep": k_sweep(sums_df, sweep_calendar),
+            "cost": redundancy_cost(sums_df, calendar, TOKENS_PER_SLOT, USD_PER_MILLION),
+        }.items()
     }
     ref_rows = [
         {
@@ -272,16 +277,17 @@ def test_sweep_cost_and_segments_equal_reference(
                 ref_rows, cluster_rows, ks, TOKENS_PER_SLOT, USD_PER_MILLION, START, END, segment
             ),
         }
-        for table, df in got.items():
-            rows_of_segment = df.where((df.segment == name) & (df.segment_value == value)).collect()
+        for table, rows_of_table in got.items():
+            rows_of_segment = [
+                r for r in rows_of_table if (r["segment"], r["segment_value"]) == (name, value)
+            ]
             actual = sorted(
                 (
                     {c: r[c] for c in expected[table][0]}
                     if expected[table]
-                    else _without_segment(r.asDict())
+                    else _without_segment(r)
                     for r in rows_of_segment
                 ),
                 key=lambda r: (r["metric_date"], r["k"]),
             )
             assert actual == expected[table], (table, segment)
-    segmented_df.unpersist()
