@@ -2,8 +2,9 @@
 and of their baselines in (one Delta read, a few hundred rows a day, to the driver), the
 `unique_clusters_alerts` rows of those days out (one commit, replacing exactly those dates).
 
-`run`/`backfill` call it after each chunk's daily tables are published, with the chunk's
-published days; `logmetrics alerts` calls it with a range, from the published table alone.
+`logmetrics alerts` judges a range from the published table alone (`publish_alerts`);
+`run`/`backfill` judge each chunk's published days from the rows the run read once and the
+rows it computed (`pipeline`), and write them beside the chunk's other tables.
 An alert never fails the run that finds it: it is printed and logged (the day is real data).
 """
 
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from logmetrics.alerts import DAILY_COLUMNS, alert_rows, describe
@@ -45,13 +46,12 @@ def publish_alerts(
         spark, config, first - dt.timedelta(config.alerts.lookback_days()), last
     )
     rows = alert_rows(daily, days, config.alerts, config.metrics.ks)
-    stamp = {"run_id": run_id, "computed_at": computed_at}
-    records = [
-        tuple(stamp[f.name] if f.name in stamp else _plain(row[f.name]) for f in ALERTS.fields)
-        for row in rows.to_dict("records")
-    ]
     replace_dates(
-        spark, spark.createDataFrame(records, ALERTS), config.output, ALERTS_TABLE, list(days)
+        spark,
+        alerts_frame(spark, rows, run_id, computed_at),
+        config.output,
+        ALERTS_TABLE,
+        list(days),
     )
     log.info(
         "%s: %d row(s) for %d day(s) from %s to %s in %.1fs",
@@ -65,12 +65,26 @@ def publish_alerts(
     return rows
 
 
+def alerts_frame(
+    spark: SparkSession, rows: pd.DataFrame, run_id: str, computed_at: dt.datetime
+) -> DataFrame:
+    """`alert_rows`' rows as a DataFrame of the table's schema, stamped with the run."""
+    stamp = {"run_id": run_id, "computed_at": computed_at}
+    records = [
+        tuple(stamp[f.name] if f.name in stamp else _plain(row[f.name]) for f in ALERTS.fields)
+        for row in rows.to_dict("records")
+    ]
+    return spark.createDataFrame(records, ALERTS)
+
+
 def published_daily(
-    spark: SparkSession, config: Config, first: dt.date, last: dt.date
+    spark: SparkSession, config: Config, first: dt.date, last: dt.date, missing_ok: bool = False
 ) -> pd.DataFrame:
     """The published `unique_clusters_daily` rows of first..last at the ks of the config, with
-    the columns the rule reads."""
+    the columns the rule reads (none when the table is missing and `missing_ok`)."""
     daily_df = read_table(spark, config.output, DAILY_TABLE)
+    if daily_df is None and missing_ok:
+        return pd.DataFrame(columns=DAILY_COLUMNS)
     if daily_df is None:
         raise InputError(
             f"no {DAILY_TABLE.name} table at {table_ref(config.output, DAILY_TABLE)}: "

@@ -132,7 +132,7 @@ def alert_rows(
         if wanted is not None and int(row.k) not in wanted:
             continue
         key = (int(row.k), str(row.segment), str(row.segment_value))
-        series.setdefault(key, {})[_as_date(row.metric_date)] = _day(row)
+        series.setdefault(key, {})[as_date(row.metric_date)] = _day(row)
     out = []
     for day in sorted(set(days)):
         for key in sorted(series):
@@ -236,7 +236,7 @@ def describe(row: Any) -> str:
     digits = 4 if row.statistic == SHARE_STATISTIC else 3
     changed = "; cluster table changed since the baseline" if row.cluster_table_changed else ""
     return (
-        f"{row.status.upper()} {_as_date(row.metric_date)} {where} k={row.k} {row.statistic}: "
+        f"{row.status.upper()} {as_date(row.metric_date)} {where} k={row.k} {row.statistic}: "
         f"{row.value:.{digits}f} vs baseline {row.baseline_mean:.{digits}f} "
         f"± {row.limit:.{digits}f} (delta {row.delta:+.{digits}f}, "
         f"{row.baseline_days} baseline days){changed}"
@@ -268,7 +268,7 @@ def _number(value: Any) -> float | None:
     return None if _is_null(value) else float(value)
 
 
-def _as_date(value: Any) -> dt.date:
+def as_date(value: Any) -> dt.date:
     """metric_date as a `datetime.date`, whether pandas holds a date or a Timestamp."""
     if isinstance(value, pd.Timestamp | dt.datetime):
         return value.date()

@@ -32,7 +32,8 @@ from pyspark.sql.types import (
 )
 
 from logmetrics import ledger
-from logmetrics.alerting import announce, publish_alerts
+from logmetrics.alerting import alerts_frame, announce, published_daily
+from logmetrics.alerts import DAILY_COLUMNS, alert_rows, as_date
 from logmetrics.config import Config
 from logmetrics.distributions import daily_from_sums, with_segments
 from logmetrics.errors import InputError, LogmetricsError
@@ -56,6 +57,7 @@ from logmetrics.quality.gx_suite import CheckResult, evaluate
 from logmetrics.quality.policy import DayVerdict, describe, verdicts
 from logmetrics.schemas import ALL_TRAFFIC
 from logmetrics.sinks import (
+    ALERTS_TABLE,
     BY_QUERY_TABLE,
     DAILY_TABLE,
     DATA_QUALITY_TABLE,
@@ -65,7 +67,6 @@ from logmetrics.sinks import (
     REDUNDANCY_COST_TABLE,
     RunStamp,
     Table,
-    read_table,
     replace_dates,
     with_run_stamp,
 )
@@ -170,8 +171,9 @@ def run_range(
             inputs,
             [(d, ledger.STARTED, None) for d in dates],
         )
-        history = side.submit("volume history", _volume_history, spark, config, dates)
-        published: dict[dt.date, int] = {}  # queries of the days this run has published
+        daily = _PublishedDaily(
+            side.submit("published history", _published_before, spark, config, dates)
+        )
         try:
             for chunk_dates in date_chunks(dates, config.backfill.days_per_chunk):
                 chunk_began = time.monotonic()
@@ -186,8 +188,7 @@ def run_range(
                     phases,
                     side,
                     started,
-                    history,
-                    published,
+                    daily,
                 )
                 while True:
                     try:
@@ -257,31 +258,51 @@ def _record(
     )
 
 
-def _volume_history(
+def _published_before(
     spark: SparkSession, config: Config, dates: Sequence[dt.date]
-) -> dict[dt.date, int]:
-    """All-traffic queries of the days published from `volume_window_days` before the run's
-    first date to the day before its last: the volume gate's baseline, read once per run (the
-    days the run publishes itself replace theirs as it goes)."""
-    if not config.quality.enabled:
-        return {}
-    daily = read_table(spark, config.output, DAILY_TABLE)
-    if daily is None:
-        return {}
-    window = config.quality.volume_window_days
-    rows = (
-        daily.where(
-            F.col("metric_date").between(
-                F.lit(dates[0] - dt.timedelta(days=window)),
-                F.lit(dates[-1] - dt.timedelta(days=1)),
-            )
-            & (F.col("k") == min(config.metrics.ks))
-            & (F.col("segment") == ALL_TRAFFIC)
-        )
-        .select("metric_date", "queries")
-        .collect()
+) -> pd.DataFrame:
+    """The published `unique_clusters_daily` rows (`alerts.DAILY_COLUMNS`, the config's ks)
+    from the longest look-back (the volume gate's window, the alerts' baseline) before the run's
+    first date to its last: read once per run."""
+    look_back = max(config.quality.volume_window_days, config.alerts.lookback_days())
+    return published_daily(
+        spark, config, dates[0] - dt.timedelta(days=look_back), dates[-1], missing_ok=True
     )
-    return {row.metric_date: int(row.queries) for row in rows}
+
+
+class _PublishedDaily:
+    """What the volume gate and the alerts look back on: the published daily rows read at the
+    start of the run, with the days the run has published since in place of theirs, so that a
+    chunk sees its earlier chunks' days as the table now has them."""
+
+    def __init__(self, before: Future[pd.DataFrame]) -> None:
+        self._before = before
+        self._ours: list[pd.DataFrame] = []
+
+    def add(self, rows: pd.DataFrame) -> None:
+        """Rows of days the run just published."""
+        self._ours.append(rows)
+
+    def rows(self) -> pd.DataFrame:
+        before = self._before.result()
+        if not self._ours:
+            return before
+        ours = pd.concat(self._ours, ignore_index=True)
+        kept = before[~before["metric_date"].isin(set(ours["metric_date"]))]
+        return pd.concat([kept, ours], ignore_index=True) if len(kept) else ours
+
+    def queries(self, k: int) -> dict[dt.date, int]:
+        """All-traffic queries per published day (at one k: every k counts the same queries)."""
+        rows = self.rows()
+        everyone = rows[
+            (rows["k"] == k)
+            & (rows["segment"] == ALL_TRAFFIC)
+            & (rows["segment_value"] == ALL_TRAFFIC)
+        ]
+        return {
+            as_date(d): int(q)
+            for d, q in zip(everyone["metric_date"], everyone["queries"], strict=True)
+        }
 
 
 class _HashCollision(Exception):
@@ -389,8 +410,7 @@ class _Chunk:
     phases: Phases
     side: _SideBySide  # the run's side steps
     started: Future[None]  # the run's `started` ledger rows
-    history: Future[dict[dt.date, int]]  # queries of the days published before the run
-    published: dict[dt.date, int]  # queries of the days the run's earlier chunks published
+    daily: _PublishedDaily  # the published daily rows before and during the run
 
     def compute_and_publish(self, keys: ClusterKeys, broadcast: bool) -> list[DayResult]:
         """Every table's commit runs side by side with the others; the `published` ledger rows
@@ -405,7 +425,7 @@ class _Chunk:
             ]
             cluster = keys.facts()  # waits for the keys' check: exact, or computed again
             with self.phases.timed("gates"):
-                known = {**self.history.result(), **self.published}
+                known = self.daily.queries(min(self.config.metrics.ks))
                 checks = self._checks(facts, cluster, known)
             day_verdicts = verdicts(self.dates, checks)
             publish = [
@@ -414,8 +434,9 @@ class _Chunk:
                 if v.passed or self.config.quality.on_failure == "warn"
             ]
             tables = [(df, t, self.dates) for df, t in self._diagnostics(requests_df, checks)]
+            alerts = pd.DataFrame()
             if publish:
-                published = self._published(requests_df, facts, day_verdicts, publish)
+                published, alerts = self._published(requests_df, facts, day_verdicts, publish)
                 tables += [(df, t, publish) for df, t in published]
             writes += [
                 self.side.submit(f"write {table.name}", self._write, df, table, dates)
@@ -425,12 +446,8 @@ class _Chunk:
         finally:
             wait(writes)  # no write still reads the cached requests
             requests_df.unpersist()
-        if publish:  # judge the days just published, from the daily table alone
-            with self.phases.timed("alerts"):
-                rows = publish_alerts(
-                    self.spark, self.config, publish, self.stamp.run_id, self.stamp.computed_at
-                )
-            announce(rows)
+        if publish:
+            announce(alerts)
         counts = {
             r.metric_date: {
                 "rows_read": int(r.rows_read),
@@ -451,7 +468,6 @@ class _Chunk:
                 ],
                 finished_at=dt.datetime.now(dt.UTC),
             )
-        self.published.update((d, counts[d]["queries"]) for d in publish)
         return [
             DayResult(v.metric_date, counts[v.metric_date]["queries"], v.metric_date in publish, v)
             for v in day_verdicts
@@ -528,10 +544,12 @@ class _Chunk:
         facts: pd.DataFrame,
         day_verdicts: Sequence[DayVerdict],
         publish: list[dt.date],
-    ) -> list[Write]:
+    ) -> tuple[list[Write], pd.DataFrame]:
         """The `publish` days of unique_clusters_by_query, and of unique_clusters_daily,
         unique_clusters_k_sweep and redundancy_cost_daily, which all come from one aggregation
-        of the requests (`day_sums`: a few hundred rows, brought to the driver)."""
+        of the requests (`day_sums`: a few hundred rows, brought to the driver); and of
+        unique_clusters_alerts, those daily rows judged against the published ones before them
+        (returned too, to be announced once written)."""
         metrics, cost = self.config.metrics, self.config.cost
         served_df = requests_df.transform(filter_served_requests).where(
             F.col("metric_date").isin(publish)
@@ -539,19 +557,35 @@ class _Chunk:
         segmented_df = served_df.transform(with_segments, metrics.segment_by)
         with self.phases.timed("daily sums"):
             sums_df = self._local(day_sums(segmented_df, metrics.ks, cost.tokens_per_slot))
-        daily_df = daily_from_sums(
-            sums_df, self._calendar(publish, metrics.ks), metrics.threshold
-        ).join(self._day_status(facts, day_verdicts), on="metric_date", how="inner")
+        daily_df = self._local(
+            daily_from_sums(sums_df, self._calendar(publish, metrics.ks), metrics.threshold).join(
+                self._day_status(facts, day_verdicts), on="metric_date", how="inner"
+            )
+        )
         every_k = self._calendar(publish, range(1, max(metrics.ks) + 1))
         cost_df = redundancy_cost(
             sums_df, every_k, cost.tokens_per_slot, cost.usd_per_million_input_tokens
         )
+        with self.phases.timed("alerts"):
+            alerts = self._alerts(daily_df, publish)
+        stamp = self.stamp
         return [
             (served_df.transform(explode_windows), BY_QUERY_TABLE),
             (daily_df, DAILY_TABLE),
             (k_sweep(sums_df, every_k), K_SWEEP_TABLE),
             (cost_df, REDUNDANCY_COST_TABLE),
-        ]
+            (alerts_frame(self.spark, alerts, stamp.run_id, stamp.computed_at), ALERTS_TABLE),
+        ], alerts
+
+    def _alerts(self, daily_df: DataFrame, publish: list[dt.date]) -> pd.DataFrame:
+        """The published days judged in date order (`alerts.alert_rows`), against the published
+        rows the run read once and the days it has published since (these included)."""
+        ours = daily_df.select(*[c for c in DAILY_COLUMNS if c != "cluster_table_version"])
+        rows = pd.DataFrame(ours.toPandas()).assign(
+            cluster_table_version=self.stamp.cluster_table_version
+        )
+        self.daily.add(rows)
+        return alert_rows(self.daily.rows(), publish, self.config.alerts, self.config.metrics.ks)
 
     def _local(self, df: DataFrame) -> DataFrame:
         """A small result collected once (as Arrow) and handed back as a local relation: what
