@@ -25,10 +25,9 @@ from logmetrics.schemas import BY_QUERY, DAILY, K_SWEEP, REDUNDANCY_COST, column
 from logmetrics.sinks import (
     BY_QUERY_TABLE,
     DAILY_TABLE,
-    DATA_QUALITY_TABLE,
+    JOB_RUNS_TABLE,
     K_SWEEP_TABLE,
-    MISSING_CLUSTER_CHUNKS_TABLE,
-    QUARANTINE_TABLE,
+    OUTPUT_TABLES,
     REDUNDANCY_COST_TABLE,
     Table,
     TableRef,
@@ -336,14 +335,8 @@ def test_a_hash_collision_is_caught_and_the_day_computed_again_under_another_sal
         assert _rows(_table(spark, other, name), keys) == expected
 
 
-SMALL_TABLES = (
-    DAILY_TABLE,
-    K_SWEEP_TABLE,
-    REDUNDANCY_COST_TABLE,
-    DATA_QUALITY_TABLE,
-    QUARANTINE_TABLE,
-    MISSING_CLUSTER_CHUNKS_TABLE,
-)
+# The tables replaced per day that the old layout partitioned by metric_date (not the ledger).
+SMALL_TABLES = tuple(t for t in OUTPUT_TABLES if not t.partition_by and t is not JOB_RUNS_TABLE)
 
 
 def test_a_warehouse_of_the_partitioned_layout_keeps_working(

@@ -31,8 +31,8 @@ from logmetrics.cli import main
 from logmetrics.metrics import requests_by_key
 from logmetrics.pipeline import keyed_clusters
 from logmetrics.quality.facts import day_facts, quarantined_rows
-from logmetrics.schemas import CLUSTERS, SERVED_LOGS
-from logmetrics.sources import PARTITION_DATE, filter_served_between
+from logmetrics.schemas import CLUSTERS, PARTITION_DATE, SERVED_LOGS
+from logmetrics.sources import filter_served_between
 
 pytestmark = pytest.mark.slow
 

@@ -32,8 +32,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
 
-from logmetrics.schemas import NULL_SEGMENT_VALUE
-from logmetrics.sources import PARTITION_DATE, SERVED_AT_TEXT
+from logmetrics.schemas import NULL_SEGMENT_VALUE, PARTITION_DATE, SERVED_AT_TEXT
 
 REQUEST_KEY = ("request_key", "metric_date", "request_id", "is_malformed")
 SINGLETON_PREFIX = "s:"

@@ -433,3 +433,12 @@ ALERTS = StructType(
 
 def column_names(schema: StructType) -> list[str]:
     return [field.name for field in schema.fields]
+
+
+# Columns the readers add to the served logs, which the metric rules read.
+PARTITION_DATE = "_partition_date"
+"""The date of a row's date partition, if the logs have one: it places rows with a null
+served_at on a day, so that they can be quarantined and counted instead of vanishing."""
+SERVED_AT_TEXT = "_served_at_text"
+"""A text served_at as read, kept so that one that does not parse is quarantined as
+invalid_served_at."""

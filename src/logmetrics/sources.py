@@ -42,7 +42,7 @@ from logmetrics.config import (
     ServedLogsInput,
 )
 from logmetrics.errors import InputError
-from logmetrics.schemas import SERVED_LOGS
+from logmetrics.schemas import PARTITION_DATE, SERVED_AT_TEXT, SERVED_LOGS
 
 _PARTITION_DIR = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\d{4}-\d{2}-\d{2})$")
 
@@ -211,11 +211,6 @@ def widened(data_type: DataType) -> Any:
     return data_type
 
 
-PARTITION_DATE = "_partition_date"
-"""The date of a row's date partition, if the logs have one: it places rows with a null
-served_at on a day, so that they can be quarantined and counted instead of vanishing."""
-
-
 def filter_served_between(logs_df: DataFrame, start: dt.date, end: dt.date) -> DataFrame:
     """Rows served on the UTC dates start..end (a filter Spark pushes down to the files), and
     rows without a served_at whose date partition is one of those dates."""
@@ -237,9 +232,6 @@ def conform_served_logs(df: DataFrame, what: str) -> DataFrame:
     if isinstance(fields["served_at"], StringType):
         df = df.withColumn(SERVED_AT_TEXT, F.col("served_at"))
     return df.withColumns(columns)
-
-
-SERVED_AT_TEXT = "_served_at_text"
 
 
 def contract_columns(fields: Mapping[str, DataType], what: str) -> dict[str, Column]:
