@@ -29,6 +29,12 @@ TEST_CONF = {
 }
 
 
+# The suite's session runs on logmetrics' default engine (Comet where it loads); `make test`
+# runs the reference-equality modules once more with LOGMETRICS_TEST_ACCELERATOR=none, so that
+# the outputs are checked with and without Comet.
+ACCELERATOR = os.environ.get("LOGMETRICS_TEST_ACCELERATOR", "comet")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--run-cluster",
@@ -79,7 +85,13 @@ os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    settings = SparkConfig(master="local[2]", driver_memory="2g", log_dir=None, conf=TEST_CONF)
+    settings = SparkConfig(
+        master="local[2]",
+        driver_memory="2g",
+        log_dir=None,
+        accelerator=ACCELERATOR,
+        conf=TEST_CONF,
+    )
     builder = SparkSession.builder.appName("logmetrics-tests")
     for key, value in {**local_conf(settings), "spark.sql.warehouse.dir": str(warehouse)}.items():
         builder = builder.config(key, value)

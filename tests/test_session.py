@@ -13,14 +13,18 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from logmetrics import session
 from logmetrics.config import SparkConfig
 from logmetrics.errors import LogmetricsError
 from logmetrics.session import (
+    COMET_PACKAGE,
     DELTA_PACKAGE,
     DELTA_VERSION,
     SPARK_MAJOR_MINOR,
     SPARK_PROVIDED_ARTIFACTS,
     check_remote_reachable,
+    comet_or_warn,
+    comet_supported,
     local_conf,
 )
 
@@ -51,7 +55,7 @@ def test_excluded_transitive_jars_are_shipped_by_spark_itself() -> None:
 
 
 def test_local_session_gets_delta_and_utc_and_user_settings_win() -> None:
-    conf = local_conf(SparkConfig(conf={"spark.sql.shuffle.partitions": "3"}))
+    conf = local_conf(SparkConfig(accelerator="none", conf={"spark.sql.shuffle.partitions": "3"}))
     assert conf["spark.jars.packages"] == DELTA_PACKAGE
     assert conf["spark.sql.session.timeZone"] == "UTC"
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
@@ -129,3 +133,45 @@ def test_the_cli_says_so_in_one_line_and_exits_1(tmp_path: Path) -> None:
         f"logmetrics: error: no Spark Connect server at SPARK_REMOTE={remote} "
         "(Connection refused): start one (`make cluster-up`) or unset SPARK_REMOTE"
     ]
+
+
+def test_comet_is_the_default_where_its_native_library_exists(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(session, "comet_supported", lambda: True)
+    conf = local_conf(SparkConfig(driver_memory="4g"))
+    assert conf["spark.jars.packages"] == f"{DELTA_PACKAGE},{COMET_PACKAGE}"
+    assert conf["spark.plugins"] == "org.apache.spark.CometPlugin"
+    assert conf["spark.shuffle.manager"].endswith("CometShuffleManager")
+    # The pool and the heap share driver_memory: 40% + 60% of 4096 MiB.
+    assert conf["spark.memory.offHeap.enabled"] == "true"
+    assert conf["spark.memory.offHeap.size"] == "1638m"
+    assert conf["spark.driver.memory"] == "2458m"
+    off = local_conf(SparkConfig(driver_memory="4g", accelerator="none"))
+    assert not any(key.startswith("spark.comet") for key in off)
+    assert "spark.plugins" not in off and "spark.shuffle.manager" not in off
+    assert off["spark.driver.memory"] == "4g"
+
+
+def test_comet_where_it_cannot_load_means_plain_spark_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(session, "comet_supported", lambda: False)
+    conf = local_conf(SparkConfig())
+    assert conf["spark.jars.packages"] == DELTA_PACKAGE
+    assert "spark.plugins" not in conf
+    with caplog.at_level("WARNING", logger="logmetrics.session"):
+        assert comet_or_warn(SparkConfig()) is False
+    assert len(caplog.records) == 1 and "plain Spark" in caplog.records[0].getMessage()
+    caplog.clear()
+    assert comet_or_warn(SparkConfig(accelerator="none")) is False
+    assert not caplog.records  # asked for nothing: nothing to say
+    assert comet_supported("darwin", "arm64") is False
+    assert comet_supported("linux", "x86_64") and comet_supported("linux", "aarch64")
+
+
+@pytest.mark.parametrize(
+    ("size", "mib"), [("4g", 4096), ("3072m", 3072), ("2G", 2048), ("1.5g", 1536)]
+)
+def test_memory_sizes_in_mebibytes(size: str, mib: int) -> None:
+    assert session._mebibytes(size) == mib

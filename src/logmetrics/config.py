@@ -443,6 +443,16 @@ class SparkConfig(_Section):
             "spark.conf settings win over both."
         ),
     )
+    accelerator: Literal["comet", "none"] = Field(
+        default="comet",
+        description=(
+            "The native engine inside the local Spark logmetrics starts. comet: Apache "
+            "DataFusion Comet (its jar from Maven Central, its off-heap memory inside "
+            "driver_memory); on a platform its native library does not support, plain Spark "
+            "with a one-line warning. none: plain Spark. Ignored on a cluster, which ships its "
+            "own (docs/cluster.md)."
+        ),
+    )
     conf: dict[str, str] = Field(
         default_factory=dict,
         description="Extra Spark settings, applied as given; none may look like a secret.",

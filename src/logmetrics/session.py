@@ -81,6 +81,54 @@ def delta_conf() -> dict[str, str]:
     }
 
 
+COMET_VERSION = "1.2.0"
+COMET_PACKAGE = f"org.apache.datafusion:comet-spark-spark{SPARK_MAJOR_MINOR}_2.13:{COMET_VERSION}"
+COMET_PLATFORMS = {("linux", "x86_64"), ("linux", "amd64"), ("linux", "aarch64")}
+"""Where Comet's jar carries its native library (libcomet.so for Linux on x86-64 and arm64)."""
+COMET_OFF_HEAP_SHARE = 0.4
+"""The share of `spark.driver_memory` given to Comet as Spark's off-heap pool when Comet is on
+(the JVM heap gets the rest): the process stays within driver_memory plus what the JVM and
+Comet use outside any pool."""
+
+
+def comet_supported(platform: str = sys.platform, machine: str | None = None) -> bool:
+    """Whether Comet's jar has a native library for this operating system and CPU."""
+    machine = machine or os.uname().machine
+    return (platform, machine.lower()) in COMET_PLATFORMS
+
+
+def comet_conf(driver_memory: str) -> dict[str, str]:
+    """Comet's plugin, shuffle manager and off-heap pool for a local session whose memory is
+    `driver_memory` in all (the heap gets what the pool does not); `spark.jars.packages` comes
+    from `local_conf`. The same settings, with executor memory, ship to a standalone cluster
+    (`python -m logmetrics.session --comet`)."""
+    total = _mebibytes(driver_memory)
+    off_heap = int(total * COMET_OFF_HEAP_SHARE)
+    return {
+        "spark.plugins": "org.apache.spark.CometPlugin",
+        "spark.shuffle.manager": (
+            "org.apache.spark.sql.comet.execution.shuffle.CometShuffleManager"
+        ),
+        "spark.comet.exec.shuffle.enabled": "true",
+        "spark.memory.offHeap.enabled": "true",
+        "spark.memory.offHeap.size": f"{off_heap}m",
+        "spark.driver.memory": f"{total - off_heap}m",
+        # Comet says which operators and expressions stay on the JVM, and why, in the JVM log.
+        "spark.comet.explainFallback.enabled": "true",
+    }
+
+
+_UNITS = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+
+
+def _mebibytes(size: str) -> int:
+    """A JVM memory size such as `4g` or `3072m` in MiB."""
+    text = size.strip().lower().removesuffix("b")
+    if text and text[-1] in _UNITS:
+        return int(float(text[:-1]) * _UNITS[text[-1]])
+    return int(float(text) / (1024 * 1024))  # bytes
+
+
 SHORT_RUN_DAYS = 3
 """Up to this many days, `spark.profile: auto` starts the JVM for a short run."""
 
@@ -119,6 +167,7 @@ def local_conf(settings: SparkConfig, days: int | None = None) -> dict[str, str]
         "spark.master": settings.master,
         "spark.driver.memory": settings.driver_memory,
         **delta_conf(),
+        **(comet_conf(settings.driver_memory) if use_comet(settings) else {}),
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "8",
@@ -129,9 +178,29 @@ def local_conf(settings: SparkConfig, days: int | None = None) -> dict[str, str]
         # machine the CPU to compress and decompress it costs more than the memory it saves.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
+    if use_comet(settings):
+        conf["spark.jars.packages"] += f",{COMET_PACKAGE}"
     conf.update(settings.conf)
     conf.update(RUNTIME_CONF)  # not overridable: metric_date is the UTC date of served_at
     return conf
+
+
+def use_comet(settings: SparkConfig) -> bool:
+    """`spark.accelerator: comet` on a platform Comet's native library supports."""
+    return settings.accelerator == "comet" and comet_supported()
+
+
+def comet_or_warn(settings: SparkConfig) -> bool:
+    """`use_comet`, saying in one line why not when Comet was asked for but cannot run here."""
+    comet = use_comet(settings)
+    if settings.accelerator == "comet" and not comet:
+        log.warning(
+            "Comet has no native library for %s/%s: plain Spark (spark.accelerator: none "
+            "silences this)",
+            sys.platform,
+            os.uname().machine,
+        )
+    return comet
 
 
 def is_managed_environment() -> bool:
@@ -162,14 +231,35 @@ def get_spark(
     builder = SparkSession.builder.appName(app_name)
     for key, value in local_conf(settings, days).items():
         builder = builder.config(key, value)
-    log.info("starting local Spark (%s) with %s", redact_url(settings.master), DELTA_PACKAGE)
+    comet = comet_or_warn(settings)
+    packages = f"{DELTA_PACKAGE} and {COMET_PACKAGE}" if comet else DELTA_PACKAGE
+    log.info("starting local Spark (%s) with %s", redact_url(settings.master), packages)
     with _jvm_output_to(settings.log_dir) as log_file:
         try:
-            return builder.getOrCreate()
+            spark = builder.getOrCreate()
         except PySparkRuntimeError as exc:
             where = f"; its log: {log_file}" if log_file else ""
             reason = exc.getCondition()
             raise LogmetricsError(f"local Spark did not start ({reason}){where}") from None
+    if comet:
+        check_comet_loaded(spark)
+    return spark
+
+
+def check_comet_loaded(spark: SparkSession) -> bool:
+    """Whether Comet's native library loaded in the driver; if it did not (a libc too old, a
+    jar without it), Comet is switched off for the session with a one-line warning, and every
+    plan runs on plain Spark (its shuffle manager then hands every shuffle to Spark's)."""
+    try:
+        loaded = bool(spark._jvm.org.apache.comet.NativeBase.isLoaded())  # type: ignore[union-attr]
+    except Exception as exc:  # any failure to reach it means not loaded
+        log.debug("Comet's loader: %s", exc)
+        loaded = False
+    if not loaded:
+        log.warning("Comet's native library did not load: plain Spark for this run")
+        spark.conf.set("spark.comet.enabled", "false")
+        spark.conf.set("spark.comet.exec.shuffle.enabled", "false")
+    return loaded
 
 
 def check_remote_reachable(remote: str, timeout: float = 5.0) -> None:
