@@ -143,10 +143,10 @@ def test_comet_is_the_default_where_its_native_library_exists(
     assert conf["spark.jars.packages"] == f"{DELTA_PACKAGE},{COMET_PACKAGE}"
     assert conf["spark.plugins"] == "org.apache.spark.CometPlugin"
     assert conf["spark.shuffle.manager"].endswith("CometShuffleManager")
-    # The pool and the heap share driver_memory: 40% + 60% of 4096 MiB.
+    # The heap, the pool and what neither accounts for share driver_memory: 45/35/20%.
     assert conf["spark.memory.offHeap.enabled"] == "true"
-    assert conf["spark.memory.offHeap.size"] == "1638m"
-    assert conf["spark.driver.memory"] == "2458m"
+    assert conf["spark.memory.offHeap.size"] == "1433m"
+    assert conf["spark.driver.memory"] == "1843m"
     off = local_conf(SparkConfig(driver_memory="4g", accelerator="none"))
     assert not any(key.startswith("spark.comet") for key in off)
     assert "spark.plugins" not in off and "spark.shuffle.manager" not in off

@@ -28,6 +28,8 @@ WORKERS=${CLUSTER_WORKERS:-2}
 WORKER_CORES=${CLUSTER_WORKER_CORES:-2}
 WORKER_MEMORY=${CLUSTER_WORKER_MEMORY:-2g}
 EXECUTOR_MEMORY=${CLUSTER_EXECUTOR_MEMORY:-1g}
+EXECUTOR_OFF_HEAP=${CLUSTER_EXECUTOR_OFF_HEAP:-512m}  # Comet's pool, beside the executor heap
+ACCELERATOR=${CLUSTER_ACCELERATOR:-comet}  # or none: plain Spark on the executors
 DIR=${CLUSTER_DIR:-.cluster}
 PYTHON=$ROOT/.venv/bin/python
 MASTER_URL=spark://$HOST:$MASTER_PORT
@@ -74,7 +76,7 @@ EOF
 }
 
 write_properties() {
-  # Delta's settings come from logmetrics.session (the one place the Delta pin lives).
+  # Delta's and Comet's settings come from logmetrics.session (the one place their pins live).
   local common
   common=$(cat <<EOF
 spark.master $MASTER_URL
@@ -91,18 +93,19 @@ spark.ui.enabled false
 spark.ui.showConsoleProgress false
 spark.sql.shuffle.partitions $((WORKERS * 4))
 spark.databricks.delta.snapshotPartitions 2
+spark.memory.offHeap.size $EXECUTOR_OFF_HEAP
 EOF
 )
   { echo "# Written by deploy/cluster/cluster.sh: spark-submit --properties-file $DIR/submit.conf"
     echo "$common"
-    "$PYTHON" -m logmetrics.session
+    "$PYTHON" -m logmetrics.session --accelerator "$ACCELERATOR"
   } >"$DIR/submit.conf"
   { echo "# Written by deploy/cluster/cluster.sh: the Spark Connect server's settings"
     echo "$common"
     echo "spark.app.name Spark Connect server"
     echo "spark.connect.grpc.binding.address $HOST"
     echo "spark.connect.grpc.binding.port $CONNECT_PORT"
-    "$PYTHON" -m logmetrics.session
+    "$PYTHON" -m logmetrics.session --accelerator "$ACCELERATOR"
   } >"$DIR/connect.conf"
 }
 

@@ -174,6 +174,20 @@ def run_range(
         daily = _PublishedDaily(
             side.submit("published history", _published_before, spark, config, dates)
         )
+        # A chunk's tables are written while the next chunk is computed (its main pass keeps
+        # both cores busy while the commits wait on the driver); the writes of two chunks never
+        # overlap, and each chunk's `published` ledger rows follow its own commits.
+        pending: tuple[_Computed, float] | None = None
+
+        def write_pending() -> None:
+            nonlocal pending
+            if pending is not None:
+                computed, chunk_began = pending
+                pending = None
+                days = computed.write()
+                summary.days.extend(days)
+                _log_progress(summary, days, len(dates), chunk_began, began)
+
         try:
             for chunk_dates in date_chunks(dates, config.backfill.days_per_chunk):
                 chunk_began = time.monotonic()
@@ -192,16 +206,20 @@ def run_range(
                 )
                 while True:
                     try:
-                        days = chunk.compute_and_publish(keys, broadcast)
+                        computed = chunk.compute(keys, broadcast)
                         break
                     except _HashCollision:  # nothing was written: the chunk is done again
                         log.warning("hash collision in the cluster table with salt %d", keys.salt)
                         keys.df.unpersist()
                         keys = start_cluster_keys(clusters.df, keys.salt + 1, side)
-                summary.days.extend(days)
-                _log_progress(summary, days, len(dates), chunk_began, began)
+                write_pending()
+                pending = (computed, chunk_began)
+            write_pending()
         finally:
-            keys.df.unpersist()
+            try:
+                write_pending()  # a later chunk failed: the one computed before it is written
+            finally:
+                keys.df.unpersist()
     return summary
 
 
@@ -367,10 +385,9 @@ class _SideBySide:
 
     def __init__(self, phases: Phases) -> None:
         self._phases = phases
-        self._pool = ThreadPoolExecutor(
-            max_workers=int(__import__("os").environ.get("LM_WORKERS", "12")),
-            thread_name_prefix="logmetrics",
-        )
+        # A chunk's side steps: eight table writes, the run's ledger and history reads, the
+        # cluster keys' check; more threads than that would only wait.
+        self._pool = ThreadPoolExecutor(max_workers=12, thread_name_prefix="logmetrics")
 
     def __enter__(self) -> _SideBySide:
         return self
@@ -413,10 +430,13 @@ class _Chunk:
     daily: _PublishedDaily  # the published daily rows before and during the run
 
     def compute_and_publish(self, keys: ClusterKeys, broadcast: bool) -> list[DayResult]:
-        """Every table's commit runs side by side with the others; the `published` ledger rows
-        are appended once all of them (and the run's `started` rows) have committed."""
+        """`compute`, then write: the chunk on its own."""
+        return self.compute(keys, broadcast).write()
+
+    def compute(self, keys: ClusterKeys, broadcast: bool) -> _Computed:
+        """The chunk's one pass over its logs, its gates and every table's rows, nothing written
+        yet (`_Computed.write` does it). The per-request rows stay persisted until then."""
         requests_df = self._requests(keys, broadcast).persist(StorageLevel.MEMORY_AND_DISK)
-        writes: list[Future[None]] = []
         try:
             with self.phases.timed("main pass"):
                 facts = pd.DataFrame(day_facts(requests_df, self._days_df()).toPandas())
@@ -438,40 +458,10 @@ class _Chunk:
             if publish:
                 published, alerts = self._published(requests_df, facts, day_verdicts, publish)
                 tables += [(df, t, publish) for df, t in published]
-            writes += [
-                self.side.submit(f"write {table.name}", self._write, df, table, dates)
-                for df, table, dates in tables
-            ]
-            _wait_all([*writes, self.started])
-        finally:
-            wait(writes)  # no write still reads the cached requests
+        except BaseException:
             requests_df.unpersist()
-        if publish:
-            announce(alerts)
-        counts = {
-            r.metric_date: {
-                "rows_read": int(r.rows_read),
-                "queries": int(r.queries),
-                "results": int(r.valid_entries),
-            }
-            for r in facts.itertuples()
-        }
-        with self.phases.timed("ledger published"):
-            _record(
-                self.spark,
-                self.config,
-                self.stamp,
-                self.inputs,
-                [
-                    (d, ledger.PUBLISHED if d in publish else ledger.HELD, counts[d])
-                    for d in self.dates
-                ],
-                finished_at=dt.datetime.now(dt.UTC),
-            )
-        return [
-            DayResult(v.metric_date, counts[v.metric_date]["queries"], v.metric_date in publish, v)
-            for v in day_verdicts
-        ]
+            raise
+        return _Computed(self, requests_df, tables, publish, alerts, facts, day_verdicts)
 
     def _requests(self, keys: ClusterKeys, broadcast: bool) -> DataFrame:
         """The chunk's logs, one row per (metric_date, request_id, is_malformed): the one pass."""
@@ -637,6 +627,66 @@ class _Chunk:
             ]
         )
         return self.spark.createDataFrame(rows, schema)
+
+
+@dataclass(frozen=True)
+class _Computed:
+    """A chunk computed by `_Chunk.compute`: its tables' rows, not yet written."""
+
+    chunk: _Chunk
+    requests_df: DataFrame  # persisted: every table's rows are read from it
+    tables: list[tuple[DataFrame, Table, list[dt.date]]]
+    publish: list[dt.date]  # the days whose blocking gates passed (or on_failure: warn)
+    alerts: pd.DataFrame
+    facts: pd.DataFrame
+    day_verdicts: Sequence[DayVerdict]
+
+    def write(self) -> list[DayResult]:
+        """Every table's commit runs side by side with the others; the `published` ledger rows
+        are appended once all of them (and the run's `started` rows) have committed."""
+        chunk = self.chunk
+        writes: list[Future[None]] = []
+        try:
+            writes += [
+                chunk.side.submit(f"write {table.name}", chunk._write, df, table, dates)
+                for df, table, dates in self.tables
+            ]
+            _wait_all([*writes, chunk.started])
+        finally:
+            wait(writes)  # no write still reads the cached requests
+            self.requests_df.unpersist()
+        if self.publish:
+            announce(self.alerts)
+        counts = {
+            r.metric_date: {
+                "rows_read": int(r.rows_read),
+                "queries": int(r.queries),
+                "results": int(r.valid_entries),
+            }
+            for r in self.facts.itertuples()
+        }
+        with chunk.phases.timed("ledger published"):
+            _record(
+                chunk.spark,
+                chunk.config,
+                chunk.stamp,
+                chunk.inputs,
+                [
+                    (d, ledger.PUBLISHED if d in self.publish else ledger.HELD, counts[d])
+                    for d in chunk.dates
+                ],
+                finished_at=dt.datetime.now(dt.UTC),
+            )
+        return [
+            DayResult(
+                v.metric_date, counts[v.metric_date]["queries"], v.metric_date in self.publish, v
+            )
+            for v in self.day_verdicts
+        ]
+
+    def discard(self) -> None:
+        """Nothing of the chunk is written (the run stops before it)."""
+        self.requests_df.unpersist()
 
 
 def _log_progress(

@@ -85,10 +85,11 @@ COMET_VERSION = "1.2.0"
 COMET_PACKAGE = f"org.apache.datafusion:comet-spark-spark{SPARK_MAJOR_MINOR}_2.13:{COMET_VERSION}"
 COMET_PLATFORMS = {("linux", "x86_64"), ("linux", "amd64"), ("linux", "aarch64")}
 """Where Comet's jar carries its native library (libcomet.so for Linux on x86-64 and arm64)."""
-COMET_OFF_HEAP_SHARE = 0.4
-"""The share of `spark.driver_memory` given to Comet as Spark's off-heap pool when Comet is on
-(the JVM heap gets the rest): the process stays within driver_memory plus what the JVM and
-Comet use outside any pool."""
+COMET_HEAP_SHARE, COMET_OFF_HEAP_SHARE = 0.45, 0.35
+"""With Comet on, the shares of `spark.driver_memory` given to the JVM heap and to Comet's
+off-heap pool; the rest (a fifth) is left for what the JVM and Comet hold outside both
+(metaspace, compiled code, thread stacks, Arrow buffers), so that the whole process, not only
+its heap, stays within driver_memory."""
 
 
 def comet_supported(platform: str = sys.platform, machine: str | None = None) -> bool:
@@ -97,13 +98,11 @@ def comet_supported(platform: str = sys.platform, machine: str | None = None) ->
     return (platform, machine.lower()) in COMET_PLATFORMS
 
 
-def comet_conf(driver_memory: str) -> dict[str, str]:
-    """Comet's plugin, shuffle manager and off-heap pool for a local session whose memory is
-    `driver_memory` in all (the heap gets what the pool does not); `spark.jars.packages` comes
-    from `local_conf`. The same settings, with executor memory, ship to a standalone cluster
-    (`python -m logmetrics.session --comet`)."""
-    total = _mebibytes(driver_memory)
-    off_heap = int(total * COMET_OFF_HEAP_SHARE)
+def comet_conf() -> dict[str, str]:
+    """Comet's plugin, shuffle manager and settings, the same for local Spark and a cluster
+    (`python -m logmetrics.session --accelerator comet`); its jar is added to
+    `spark.jars.packages` beside Delta's, and its off-heap pool is sized by `comet_memory`
+    locally, by the cluster's executor memory settings elsewhere."""
     return {
         "spark.plugins": "org.apache.spark.CometPlugin",
         "spark.shuffle.manager": (
@@ -111,11 +110,28 @@ def comet_conf(driver_memory: str) -> dict[str, str]:
         ),
         "spark.comet.exec.shuffle.enabled": "true",
         "spark.memory.offHeap.enabled": "true",
-        "spark.memory.offHeap.size": f"{off_heap}m",
-        "spark.driver.memory": f"{total - off_heap}m",
+        # The persisted cluster keys and per-request rows are Spark's in-memory columns: Comet
+        # reads them as Arrow, so the join to the keys and the per-request aggregation run
+        # natively (without it, the join's build side keeps the whole main pass on the JVM).
+        "spark.comet.sparkToColumnar.enabled": "true",
         # Comet says which operators and expressions stay on the JVM, and why, in the JVM log.
         "spark.comet.explainFallback.enabled": "true",
     }
+
+
+def comet_memory(driver_memory: str) -> dict[str, str]:
+    """A local session's `driver_memory` shared between the JVM heap, Comet's off-heap pool
+    and what neither accounts for (`COMET_HEAP_SHARE`, `COMET_OFF_HEAP_SHARE`)."""
+    total = _mebibytes(driver_memory)
+    return {
+        "spark.memory.offHeap.size": f"{int(total * COMET_OFF_HEAP_SHARE)}m",
+        "spark.driver.memory": f"{int(total * COMET_HEAP_SHARE)}m",
+    }
+
+
+def with_packages(conf: dict[str, str], *packages: str) -> dict[str, str]:
+    """`conf` with `packages` added to its `spark.jars.packages`."""
+    return {**conf, "spark.jars.packages": ",".join([conf["spark.jars.packages"], *packages])}
 
 
 _UNITS = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
@@ -167,7 +183,6 @@ def local_conf(settings: SparkConfig, days: int | None = None) -> dict[str, str]
         "spark.master": settings.master,
         "spark.driver.memory": settings.driver_memory,
         **delta_conf(),
-        **(comet_conf(settings.driver_memory) if use_comet(settings) else {}),
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "8",
@@ -179,7 +194,9 @@ def local_conf(settings: SparkConfig, days: int | None = None) -> dict[str, str]
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
     if use_comet(settings):
-        conf["spark.jars.packages"] += f",{COMET_PACKAGE}"
+        conf = with_packages(
+            {**conf, **comet_conf(), **comet_memory(settings.driver_memory)}, COMET_PACKAGE
+        )
     conf.update(settings.conf)
     conf.update(RUNTIME_CONF)  # not overridable: metric_date is the UTC date of served_at
     return conf
@@ -325,5 +342,20 @@ def spark_properties(conf: Mapping[str, str]) -> str:
     return "".join(f"{key} {value}\n" for key, value in conf.items())
 
 
+def cluster_conf(accelerator: str = "none") -> dict[str, str]:
+    """What a cluster's spark-submit or Connect server needs from logmetrics: Delta, and with
+    `accelerator` comet, Comet's jar and settings (its pool from `spark.memory.offHeap.size`,
+    set with the executors' memory)."""
+    if accelerator == "comet":
+        return with_packages({**delta_conf(), **comet_conf()}, COMET_PACKAGE)
+    return delta_conf()
+
+
 if __name__ == "__main__":
-    sys.stdout.write(spark_properties(delta_conf()))
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description="Spark settings for a cluster, in spark-defaults format."
+    )
+    parser.add_argument("--accelerator", choices=("comet", "none"), default="none")
+    sys.stdout.write(spark_properties(cluster_conf(parser.parse_args().accelerator)))
