@@ -253,13 +253,14 @@ def with_cluster_keys(
     compared, so a served chunk that merely shares a hash with a listed one is still missing.
     With `broadcast` (keys that fit in memory: the whole table, or `filter_served_keys` of it)
     the join keeps the entries' partitioning by request, so `to_requests` needs no shuffle;
-    otherwise Spark plans a shuffle join (docs/cluster-scale.md).
+    otherwise the entries are shuffled to the keys in a sort-merge join, hinted so that Spark
+    does not broadcast keys the caller judged too large (docs/cluster-scale.md).
     """
     keys = keys_df.select("chunk_hash", F.col("chunk_id").alias("listed_chunk_id"), "cluster_hash")
     is_listed = F.col("listed_chunk_id") == F.col("chunk_id")
     return (
         entries_df.withColumn("chunk_hash", chunk_hash(F.col("chunk_id"), salt))
-        .join(F.broadcast(keys) if broadcast else keys, on="chunk_hash", how="left")
+        .join(F.broadcast(keys) if broadcast else keys.hint("merge"), on="chunk_hash", how="left")
         .select(
             *entries_df.columns,
             F.when(is_listed, F.col("cluster_hash")).alias("cluster_hash"),
