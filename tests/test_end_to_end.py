@@ -335,6 +335,43 @@ def test_a_hash_collision_is_caught_and_the_day_computed_again_under_another_sal
         assert _rows(_table(spark, other, name), keys) == expected
 
 
+@pytest.mark.parametrize("path", ["cut down", "shuffle join"])
+def test_a_cluster_table_too_large_to_broadcast_publishes_the_same_tables(
+    spark: SparkSession,
+    dataset: Path,
+    warehouse: Path,
+    source_rows: list[dict[str, Any]],
+    cluster_rows: list[tuple],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    path: str,
+) -> None:
+    """docs/cluster-scale.md: with `backfill.broadcast_max_chunks` below the cluster table's
+    rows, each chunk of days broadcasts only the keys of the chunks it serves, or, when even
+    those are too many, shuffles its entries to the whole table. Every table gets the rows the
+    whole table broadcast gave (the module's warehouse), but for the run's own ids and times."""
+    # Every day's served chunk ids: a bound on each chunk's (a null id has one hash too).
+    served = len({e["chunk_id"] for r in source_rows for e in r["results"] or []})
+    assert served < len(cluster_rows)
+    max_chunks = served if path == "cut down" else 0
+    other = tmp_path / "wh"
+    config = _write_config(tmp_path / "job.yaml", dataset, other)
+    with caplog.at_level(logging.INFO, logger="logmetrics"):
+        assert _backfill(config, START, END, f"backfill.broadcast_max_chunks={max_chunks}") == 0
+    taken = "cluster keys cut down" if path == "cut down" else "its entries are shuffled"
+    assert caplog.text.count(taken) == 2  # both chunks of days took the path
+    written = [t for t in OUTPUT_TABLES if (warehouse / t.name).exists()]
+    assert {t.name for t in OUTPUT_TABLES} - {t.name for t in written} == {"evaluation_results"}
+    run_columns = [*RUN_COLUMNS, "checked_at", "quarantined_at", "started_at", "finished_at"]
+    for table in written:
+
+        def rows(root: Path, name: str = table.name) -> list[str]:
+            df = _table(spark, root, name).drop(*run_columns)
+            return sorted(repr(tuple(r)) for r in df.collect())  # exact, floats included
+
+        assert rows(other) == rows(warehouse), table.name
+
+
 # The tables replaced per day that the old layout partitioned by metric_date (not the ledger).
 SMALL_TABLES = tuple(t for t in OUTPUT_TABLES if not t.partition_by and t is not JOB_RUNS_TABLE)
 

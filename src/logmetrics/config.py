@@ -206,6 +206,12 @@ class BackfillConfig(_Section):
     days_per_chunk: StrictInt = Field(
         default=30, ge=1, le=366, description="Days computed and committed together in a backfill."
     )
+    broadcast_max_chunks: StrictInt = Field(
+        default=20_000_000,
+        ge=0,
+        description="Most chunk ids broadcast to every task (the cluster keys, or the keys of "
+        "the chunks a chunk of days serves); above it, a shuffle join (docs/cluster-scale.md).",
+    )
 
 
 Severity = Literal["blocking", "warning"]

@@ -6,7 +6,9 @@ Reading order (each step feeds the next, chained with `.transform`):
     partition_by_request all copies of a request in one partition (the only shuffle of the logs)
     filter_first_copies  one copy of each redelivered request
     explode_entries      one row per (row, array position); empty lists and malformed rows keep one
-    with_cluster_keys    cluster key per entry (broadcast left join to `cluster_keys(clusters)`)
+    with_cluster_keys    cluster key per entry (broadcast left join to `cluster_keys(clusters)`,
+                         or to `filter_served_keys` of them when the whole table is too large
+                         to broadcast: docs/cluster-scale.md)
     to_requests          one row per (metric_date, request_id, is_malformed): its valid entries
                          in rank order, every k, and what was set aside
     filter_served_requests / explode_windows
@@ -217,6 +219,25 @@ def key_hash_checks() -> list[Column]:
     ]
 
 
+def served_chunk_hashes(logs_df: DataFrame, salt: int = 0) -> DataFrame:
+    """(chunk_hash), distinct: the `chunk_hash` under `salt` of every chunk id in the rows'
+    results, whatever the row (malformed, a later copy): a superset of the hashes
+    `with_cluster_keys` looks up in these rows. Reads only the `results` column."""
+    return (
+        logs_df.select(F.explode("results").alias("entry"))
+        .select(chunk_hash(F.col("entry.chunk_id"), salt).alias("chunk_hash"))
+        .distinct()
+    )
+
+
+def filter_served_keys(keys_df: DataFrame, served_df: DataFrame) -> DataFrame:
+    """The `cluster_keys` rows whose chunk_hash is in `served_df` (`served_chunk_hashes` of
+    the logs, under the keys' salt). Every entry of those logs finds the same key here as in
+    the whole table, so `with_cluster_keys` attaches the same hashes; the set of served hashes
+    is broadcast into the semi-join, so the keys, however many, are not shuffled."""
+    return keys_df.join(F.broadcast(served_df), on="chunk_hash", how="left_semi")
+
+
 def singleton_key(chunk_id: Column) -> Column:
     return F.concat(F.lit(SINGLETON_PREFIX), chunk_id)
 
@@ -230,15 +251,16 @@ def with_cluster_keys(
 
     The join is on the 64-bit chunk hash (a fast long-keyed join), and the chunk id is then
     compared, so a served chunk that merely shares a hash with a listed one is still missing.
-    With `broadcast` (a cluster table that fits in memory) the join keeps the entries'
-    partitioning by request, so `to_requests` needs no shuffle; otherwise Spark plans a shuffle
-    join (docs/cluster-scale.md).
+    With `broadcast` (keys that fit in memory: the whole table, or `filter_served_keys` of it)
+    the join keeps the entries' partitioning by request, so `to_requests` needs no shuffle;
+    otherwise the entries are shuffled to the keys in a sort-merge join, hinted so that Spark
+    does not broadcast keys the caller judged too large (docs/cluster-scale.md).
     """
     keys = keys_df.select("chunk_hash", F.col("chunk_id").alias("listed_chunk_id"), "cluster_hash")
     is_listed = F.col("listed_chunk_id") == F.col("chunk_id")
     return (
         entries_df.withColumn("chunk_hash", chunk_hash(F.col("chunk_id"), salt))
-        .join(F.broadcast(keys) if broadcast else keys, on="chunk_hash", how="left")
+        .join(F.broadcast(keys) if broadcast else keys.hint("merge"), on="chunk_hash", how="left")
         .select(
             *entries_df.columns,
             F.when(is_listed, F.col("cluster_hash")).alias("cluster_hash"),

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -41,9 +42,11 @@ from logmetrics.file_scan import CorruptInput, scan_served_logs, undated_rows
 from logmetrics.metrics import (
     cluster_keys,
     explode_windows,
+    filter_served_keys,
     filter_served_requests,
     key_hash_checks,
     requests_by_key,
+    served_chunk_hashes,
 )
 from logmetrics.phases import Phases
 from logmetrics.quality.facts import (
@@ -157,7 +160,16 @@ def run_range(
         corrupt = _corrupt_inputs(spark, config, dates[0], dates[-1])
     with phases.timed("cluster table rows"):
         # Rows bound the distinct chunk ids from above, and Spark counts them from metadata.
-        broadcast = clusters.df.count() <= BROADCAST_MAX_CHUNKS
+        table_rows = clusters.df.count()
+    max_chunks = config.backfill.broadcast_max_chunks
+    table_fits = table_rows <= max_chunks
+    if not table_fits:
+        log.info(
+            "the cluster table has %d rows, above backfill.broadcast_max_chunks (%d): each "
+            "chunk of days broadcasts only the keys of the chunks it serves",
+            table_rows,
+            max_chunks,
+        )
     began = time.monotonic()
     with _SideBySide(phases) as side:
         keys = start_cluster_keys(clusters.df, 0, side)
@@ -206,7 +218,7 @@ def run_range(
                 )
                 while True:
                     try:
-                        computed = chunk.compute(keys, broadcast)
+                        computed = chunk.compute(keys, table_fits)
                         break
                     except _HashCollision:  # nothing was written: the chunk is done again
                         log.warning("hash collision in the cluster table with salt %d", keys.salt)
@@ -248,9 +260,6 @@ def _corrupt_inputs(
     return corrupt
 
 
-BROADCAST_MAX_CHUNKS = 20_000_000
-"""Up to this many chunk ids (about 1 GB hashed), the cluster keys are broadcast to every task
-and the logs are never shuffled after the explode; above it, Spark plans a shuffle join."""
 HASH_SALTS = 4
 
 
@@ -365,6 +374,48 @@ def _exact_key_facts(keys_df: DataFrame) -> dict[str, int] | None:
     return {c: int(row[c]) for c in CLUSTER_FACT_COLUMNS}
 
 
+@dataclass(frozen=True)
+class ChunkKeys:
+    """The cluster keys a chunk of days joins its entries to, and whether they are broadcast;
+    `served_df` is the chunk's served chunk hashes, persisted while the chunk uses them."""
+
+    df: DataFrame
+    broadcast: bool
+    served_df: DataFrame | None = None
+
+    def unpersist(self) -> None:
+        if self.served_df is not None:
+            self.served_df.unpersist()
+
+
+def keys_for_chunk(
+    keys_df: DataFrame, salt: int, logs_df: DataFrame, table_fits: bool, max_chunks: int
+) -> ChunkKeys:
+    """The keys the chunk's logs are joined to (docs/cluster-scale.md):
+
+    - the whole table (`keys_df`, under `salt`), broadcast, when it `table_fits`;
+    - else the keys of the chunk ids the logs serve (`filter_served_keys`), broadcast, when
+      those are at most `max_chunks`: the served hashes are counted first (one read of the
+      `results` column), and they bound the cut-down keys from above;
+    - else the whole table, joined by a shuffle of the entries.
+    """
+    if table_fits:
+        return ChunkKeys(keys_df, broadcast=True)
+    served_df = served_chunk_hashes(logs_df, salt).persist(StorageLevel.MEMORY_AND_DISK)
+    served = served_df.count()
+    if served > max_chunks:
+        served_df.unpersist()
+        log.warning(
+            "the chunk serves %d distinct chunk ids, above backfill.broadcast_max_chunks (%d): "
+            "its entries are shuffled to the cluster keys (fewer days_per_chunk avoid it)",
+            served,
+            max_chunks,
+        )
+        return ChunkKeys(keys_df, broadcast=False)
+    log.info("cluster keys cut down to the %d chunk id(s) the chunk serves", served)
+    return ChunkKeys(keys_df.transform(filter_served_keys, served_df), True, served_df)
+
+
 def keyed_clusters(clusters_df: DataFrame) -> tuple[DataFrame, int]:
     """`cluster_keys`, persisted, and a salt whose hashes are exact over the table (checked
     here, salt after salt)."""
@@ -429,14 +480,23 @@ class _Chunk:
     started: Future[None]  # the run's `started` ledger rows
     daily: _PublishedDaily  # the published daily rows before and during the run
 
-    def compute_and_publish(self, keys: ClusterKeys, broadcast: bool) -> list[DayResult]:
+    def compute_and_publish(self, keys: ClusterKeys, table_fits: bool) -> list[DayResult]:
         """`compute`, then write: the chunk on its own."""
-        return self.compute(keys, broadcast).write()
+        return self.compute(keys, table_fits).write()
 
-    def compute(self, keys: ClusterKeys, broadcast: bool) -> _Computed:
+    def compute(self, keys: ClusterKeys, table_fits: bool) -> _Computed:
         """The chunk's one pass over its logs, its gates and every table's rows, nothing written
-        yet (`_Computed.write` does it). The per-request rows stay persisted until then."""
-        requests_df = self._requests(keys, broadcast).persist(StorageLevel.MEMORY_AND_DISK)
+        yet (`_Computed.write` does it). The per-request rows stay persisted until then.
+        `table_fits`: the whole cluster table is small enough to broadcast (`keys_for_chunk`)."""
+        logs_df = self._logs()
+        # Only a cluster table too large to broadcast whole costs this phase any time.
+        with nullcontext() if table_fits else self.phases.timed("served chunks"):
+            chunk_keys = keys_for_chunk(
+                keys.df, keys.salt, logs_df, table_fits, self.config.backfill.broadcast_max_chunks
+            )
+        requests_df = self._requests(logs_df, keys.salt, chunk_keys).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
         try:
             with self.phases.timed("main pass"):
                 facts = pd.DataFrame(day_facts(requests_df, self._days_df()).toPandas())
@@ -460,22 +520,28 @@ class _Chunk:
                 tables += [(df, t, publish) for df, t in published]
         except BaseException:
             requests_df.unpersist()
+            chunk_keys.unpersist()
             raise
-        return _Computed(self, requests_df, tables, publish, alerts, facts, day_verdicts)
+        return _Computed(
+            self, requests_df, chunk_keys, tables, publish, alerts, facts, day_verdicts
+        )
 
-    def _requests(self, keys: ClusterKeys, broadcast: bool) -> DataFrame:
-        """The chunk's logs, one row per (metric_date, request_id, is_malformed): the one pass."""
-        metrics = self.config.metrics
-        logs_df = read_served_logs(
+    def _logs(self) -> DataFrame:
+        """The chunk's served-log rows (lazily: each pass over them reads what it needs)."""
+        return read_served_logs(
             self.spark,
             self.config.inputs.logs(),
             self.dates[0],
             self.dates[-1],
-            metrics.segment_by,
+            self.config.metrics.segment_by,
             skip_files=[c.file for c in self.corrupt if c.line is None],
         )
+
+    def _requests(self, logs_df: DataFrame, salt: int, keys: ChunkKeys) -> DataFrame:
+        """The chunk's logs, one row per (metric_date, request_id, is_malformed): the one pass."""
+        metrics = self.config.metrics
         return requests_by_key(
-            logs_df, keys.df, metrics.ks, keys.salt, broadcast, metrics.segment_by
+            logs_df, keys.df, metrics.ks, salt, keys.broadcast, metrics.segment_by
         )
 
     def _checks(
@@ -635,6 +701,7 @@ class _Computed:
 
     chunk: _Chunk
     requests_df: DataFrame  # persisted: every table's rows are read from it
+    chunk_keys: ChunkKeys  # the keys its entries were joined to
     tables: list[tuple[DataFrame, Table, list[dt.date]]]
     publish: list[dt.date]  # the days whose blocking gates passed (or on_failure: warn)
     alerts: pd.DataFrame
@@ -655,6 +722,7 @@ class _Computed:
         finally:
             wait(writes)  # no write still reads the cached requests
             self.requests_df.unpersist()
+            self.chunk_keys.unpersist()
         if self.publish:
             announce(self.alerts)
         counts = {
@@ -683,10 +751,6 @@ class _Computed:
             )
             for v in self.day_verdicts
         ]
-
-    def discard(self) -> None:
-        """Nothing of the chunk is written (the run stops before it)."""
-        self.requests_df.unpersist()
 
 
 def _log_progress(
