@@ -21,6 +21,7 @@ import reference
 from logmetrics import pipeline
 from logmetrics.cli import main
 from logmetrics.demo import generate_dataset
+from logmetrics.errors import LogmetricsError
 from logmetrics.schemas import BY_QUERY, DAILY, K_SWEEP, REDUNDANCY_COST, column_names
 from logmetrics.sinks import (
     BY_QUERY_TABLE,
@@ -370,6 +371,38 @@ def test_a_cluster_table_too_large_to_broadcast_publishes_the_same_tables(
             return sorted(repr(tuple(r)) for r in df.collect())  # exact, floats included
 
         assert rows(other) == rows(warehouse), table.name
+
+
+def test_a_chunk_that_fails_leaves_the_chunk_before_it_written_and_recorded(
+    spark: SparkSession,
+    dataset: Path,
+    warehouse: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chunk's tables are written while the next chunk is computed: when that computation
+    fails, the chunk before it is still written whole and its `published` ledger rows appended,
+    as when chunks ran one after the other; the failed chunk's day has nothing."""
+    second = START + dt.timedelta(days=1)
+    real = pipeline._Chunk.compute
+
+    def failing(chunk: pipeline._Chunk, *args: Any) -> Any:
+        if chunk.dates[0] == second:
+            raise LogmetricsError("planted failure in the second chunk")
+        return real(chunk, *args)
+
+    monkeypatch.setattr(pipeline._Chunk, "compute", failing)
+    other = tmp_path / "wh"
+    config = _write_config(tmp_path / "job.yaml", dataset, other)
+    assert _backfill(config, START, second, "backfill.days_per_chunk=1") != 0
+    ledger_rows = _table(spark, other, JOB_RUNS_TABLE.name).where(F.col("status") == "published")
+    assert [r.metric_date for r in ledger_rows.collect()] == [START]
+    for name, keys in (
+        ("unique_clusters_by_query", ["metric_date", "request_id", "k"]),
+        ("unique_clusters_daily", ["metric_date", "k"]),
+    ):
+        expected = _table(spark, warehouse, name).where(F.col("metric_date") == F.lit(START))
+        assert _rows(_table(spark, other, name), keys) == _rows(expected, keys)
 
 
 # The tables replaced per day that the old layout partitioned by metric_date (not the ledger).
