@@ -81,6 +81,8 @@ def test_the_jvm_profile_follows_the_run_length_unless_set(
     java = conf["spark.driver.extraJavaOptions"]
     assert "-Duser.timezone=UTC" in java
     assert ("-XX:TieredStopAtLevel=1" in java) is c1_only
+    # C1's own 48 MB code cache overflows with Comet loaded: the short profile reserves more.
+    assert ("-XX:ReservedCodeCacheSize=240m" in java) is c1_only
     assert ("-XX:+UseSerialGC" in java) is c1_only
     assert conf["spark.sql.adaptive.enabled"] == adaptive
     mine = {"spark.driver.extraJavaOptions": "-Dx=1", "spark.sql.adaptive.enabled": "true"}
@@ -147,6 +149,10 @@ def test_comet_is_the_default_where_its_native_library_exists(
     assert conf["spark.memory.offHeap.enabled"] == "true"
     assert conf["spark.memory.offHeap.size"] == "1433m"
     assert conf["spark.driver.memory"] == "1843m"
+    # A small driver_memory keeps a heap Spark can start with (it needs 450 MiB).
+    small = local_conf(SparkConfig(driver_memory="1g"))
+    assert small["spark.driver.memory"] == "1024m"
+    assert small["spark.memory.offHeap.size"] == "358m"
     off = local_conf(SparkConfig(driver_memory="4g", accelerator="none"))
     assert not any(key.startswith("spark.comet") for key in off)
     assert "spark.plugins" not in off and "spark.shuffle.manager" not in off

@@ -90,6 +90,7 @@ COMET_HEAP_SHARE, COMET_OFF_HEAP_SHARE = 0.45, 0.35
 off-heap pool; the rest (a fifth) is left for what the JVM and Comet hold outside both
 (metaspace, compiled code, thread stacks, Arrow buffers), so that the whole process, not only
 its heap, stays within driver_memory."""
+COMET_MIN_HEAP_MIB = 1024
 
 
 def comet_supported(platform: str = sys.platform, machine: str | None = None) -> bool:
@@ -123,9 +124,11 @@ def comet_memory(driver_memory: str) -> dict[str, str]:
     """A local session's `driver_memory` shared between the JVM heap, Comet's off-heap pool
     and what neither accounts for (`COMET_HEAP_SHARE`, `COMET_OFF_HEAP_SHARE`)."""
     total = _mebibytes(driver_memory)
+    # Spark needs a heap of at least 450 MiB: a small driver_memory keeps up to 1 GiB of heap.
+    heap = max(int(total * COMET_HEAP_SHARE), min(total, COMET_MIN_HEAP_MIB))
     return {
         "spark.memory.offHeap.size": f"{int(total * COMET_OFF_HEAP_SHARE)}m",
-        "spark.driver.memory": f"{int(total * COMET_HEAP_SHARE)}m",
+        "spark.driver.memory": f"{heap}m",
     }
 
 
@@ -154,8 +157,10 @@ SHORT_RUN_DAYS = 3
 # long backfill runs hot loops over millions of rows, where the optimizing compiler (C2) pays.
 PROFILES = {
     "short": {
+        # C1 alone reserves 48 MB for compiled code, which Comet's classes fill ("CodeCache is
+        # full", then a crash): reserve what the tiered default does.
         "spark.driver.extraJavaOptions": "-Duser.timezone=UTC -XX:TieredStopAtLevel=1 "
-        "-XX:+UseSerialGC",
+        "-XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m",
         "spark.sql.adaptive.enabled": "false",
     },
     "long": {
