@@ -9,14 +9,15 @@ process. The largest PSS of any one Java process (the Spark driver) is kept too.
 Reading smaps_rollup makes the kernel walk the process's page tables, holding its memory-map
 lock for reading: about 18 ms of CPU for a process with 1 GiB resident and 45 ms for 4 GiB
 (a test process on the 2-core benchmark machine), against 0.01 ms for its RSS. So the tree is
-listed and its RSS read every `POLL_SECONDS`, and PSS is read at most every `PSS_SECONDS`, and
-only when it could set a new peak: a process's PSS is at most its RSS, so while the tree's RSS
-sum is at or below the PSS peak already seen (and no JVM's RSS above the JVM PSS peak), neither
-peak can move. That skip helps only once memory has fallen below its peak (a JVM rarely gives
-memory back), so a process near 4 GiB costs a read every `PSS_SECONDS`: ~10% of one CPU. Each
-run records its samples and the CPU seconds the sampling cost (the benchmark process does
-nothing else while it waits), to read against the run's wall time: the sampler shares the
-machine with the run it measures.
+listed and its RSS read every `POLL_SECONDS`, and PSS is read at most every `PSS_SECONDS`
+(sooner when the tree's RSS grew by `PSS_GROWTH` since the last read: start-up, a short run,
+while reading is still cheap), and only when it could set a new peak: a process's PSS is at
+most its RSS, so while the tree's RSS sum is at or below the PSS peak already seen (and no
+JVM's RSS above the JVM PSS peak), neither peak can move. That skip helps only once memory has
+fallen below its peak (a JVM rarely gives memory back), so a process near 4 GiB costs a read
+every `PSS_SECONDS`: ~10% of one CPU. Each run records its samples and the CPU seconds the
+sampling cost (the benchmark process does nothing else while it waits), to read against the
+run's wall time: the sampler shares the machine with the run it measures.
 
 The RSS figures stay (the tree's sum and the largest Java process), as before: in the sum, a
 child still running its parent's executable and younger than `LAUNCH_SECONDS` is a process
@@ -43,6 +44,7 @@ import psutil
 
 POLL_SECONDS = 0.25
 PSS_SECONDS = 0.5
+PSS_GROWTH = 1.25  # the tree's RSS grew by this factor since PSS was last read: read it now
 LAUNCH_SECONDS = 2.0
 
 
@@ -79,6 +81,7 @@ class _Peaks:
     pss_samples: int = 0
     pss_fallbacks: int = 0
     cpu_s: float = 0.0
+    rss_at_last_pss: int = 0
 
 
 def run_measured(
@@ -123,7 +126,7 @@ def _watch(process: subprocess.Popen[bytes], timeout_s: float | None) -> tuple[_
     root = psutil.Process(process.pid)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     peaks = _Peaks()
-    last_pss = -PSS_SECONDS
+    last_pss = None
     while process.poll() is None:
         if deadline is not None and time.monotonic() > deadline:
             _kill_tree(root)
@@ -131,8 +134,8 @@ def _watch(process: subprocess.Popen[bytes], timeout_s: float | None) -> tuple[_
             return peaks, True
         cpu = time.process_time()
         now = time.monotonic()
-        with_pss = now - last_pss >= PSS_SECONDS
-        if _sample(root, peaks, with_pss):
+        due = last_pss is None or now - last_pss >= PSS_SECONDS
+        if _sample(root, peaks, due):
             last_pss = now
         peaks.cpu_s += time.process_time() - cpu
         time.sleep(POLL_SECONDS)
@@ -163,9 +166,9 @@ class _Member:
         return self.exe.endswith("/java")
 
 
-def _sample(root: psutil.Process, peaks: _Peaks, with_pss: bool) -> bool:
-    """Update `peaks` from the tree as it is now; PSS too when `with_pss` and it could set a
-    new peak. Returns whether PSS was read."""
+def _sample(root: psutil.Process, peaks: _Peaks, due: bool) -> bool:
+    """Update `peaks` from the tree as it is now; PSS too when it could set a new peak and it
+    is `due` or the tree grew fast (start-up, a short run). Returns whether PSS was read."""
     try:
         processes = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
@@ -199,8 +202,10 @@ def _sample(root: psutil.Process, peaks: _Peaks, with_pss: bool) -> bool:
     # JVM's RSS is above the JVM's PSS peak, neither peak can move.
     java_rss = max((m.rss for _, m in members.values() if m.is_java), default=0)
     full_rss = sum(m.rss for _, m in members.values())
-    if not with_pss or (full_rss <= peaks.tree_pss and java_rss <= peaks.jvm_pss):
+    grew = full_rss > PSS_GROWTH * peaks.rss_at_last_pss
+    if not (due or grew) or (full_rss <= peaks.tree_pss and java_rss <= peaks.jvm_pss):
         return False
+    peaks.rss_at_last_pss = full_rss
     pss_sum = 0
     for process, member in members.values():
         try:
