@@ -270,11 +270,10 @@ def _table_rows(workload: dict[str, Any]) -> list[str]:
     rows = []
     for number, (name, engine) in enumerate(workload["engines"].items()):
         wall = _wall(workload, name)
-        memory = (
-            f"{engine['peak_tree_pss_gib']:.2f} / {engine['peak_jvm_pss_gib']:.2f} GiB"
-            if "peak_tree_pss_gib" in engine
-            else "n/a"
-        )
+        memory = "n/a"
+        if "peak_tree_pss_gib" in engine:
+            tree, jvm = engine["peak_tree_pss_gib"], engine["peak_jvm_pss_gib"]
+            memory = f"{tree:.2f} / {jvm:.2f} GiB" if jvm else f"{tree:.2f} GiB / no JVM"
         rss = f"{engine['peak_tree_rss_gib']:.2f} GiB" if "peak_tree_rss_gib" in engine else "n/a"
         label = ENGINE_LABELS.get(name, name)
         if not engine["ok"]:
