@@ -32,8 +32,9 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow"
 
-# The performance benchmark (benchmarks/README.md), not part of `make test`: logmetrics against a
-# DuckDB reference and a naive Spark plan on 90 days of generated traffic, outputs checked.
+# The performance benchmark (benchmarks/README.md), not part of `make test`: logmetrics (Comet on,
+# Comet off, one 90-day chunk) against a DuckDB reference, a plain-Spark floor and a naive Spark
+# plan on 90 days of generated traffic, alternately, outputs checked, peak PSS measured.
 # Its extra packages (the `bench` extra: duckdb, psutil) go into .venv once. BENCH_ARGS, e.g.
 # `--repeats 1`, are passed on (`.venv/bin/python -m benchmarks --help`).
 BENCH_STAMP := $(VENV)/.bench-installed-stamp

@@ -194,7 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Exit 0 when every comparison passes, 1 otherwise (the verdicts are in --out either way)."""
     args = _parse_args(argv)
     comparisons = [Comparison.from_json(c) for c in json.loads(args.plan.read_text())]
-    spark = get_spark(SparkConfig(log_dir=args.log_dir), app_name="logmetrics-bench-check")
+    # Plain Spark: the judge does not run on the engine it judges (Comet, in logmetrics).
+    settings = SparkConfig(log_dir=args.log_dir, accelerator="none")
+    spark = get_spark(settings, app_name="logmetrics-bench-check")
     verdicts = {c.name: compare(spark, c) for c in comparisons}
     args.out.write_text(json.dumps(verdicts, indent=2, default=str) + "\n")
     spark.stop()

@@ -1,12 +1,14 @@
-"""The three engines the benchmark times, each a separate process over the same workload.
+"""The engines the benchmark times, each a separate process over the same workload.
 
 - `logmetrics`: the project's CLI, `logmetrics backfill`, with a config written for the run
   (Spark's event log on, so that the time can be broken down afterwards), into a fresh
-  warehouse. Only the CLI, the config and the output tables are used: no internals.
+  warehouse. Only the CLI, the config and the output tables are used: no internals. Variants
+  differ in one setting each: `logmetrics` runs the defaults (Comet on), `logmetrics-plain`
+  `spark.accelerator: none`, `logmetrics-chunkN` `backfill.days_per_chunk: N`.
 - `duckdb`: the SQL reference (`benchmarks.duckdb_reference`).
 - `naive`: the textbook Spark plan (`benchmarks.naive_spark`).
-- `floor`: less than the metric work in Spark, a lower bound (`benchmarks.floor_spark`; run by
-  `python -m benchmarks.floor`, not by `make bench`).
+- `floor`: less than the metric work in plain Spark, a lower bound (`benchmarks.floor_spark`);
+  its outputs are not the metric, so they are not checked.
 
 Every run gets its own directory, emptied first; the outputs of the last run of each
 (workload, engine) stay there for the correctness check.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -32,6 +35,13 @@ DAILY_TABLE = "unique_clusters_daily"
 KS = (5, 10, 20)
 THRESHOLD = 4
 DRIVER_MEMORY = "4g"
+
+# Engine names, as they appear in results.json and the report.
+LOGMETRICS = "logmetrics"
+LOGMETRICS_PLAIN = "logmetrics-plain"
+DUCKDB = "duckdb"
+NAIVE = "naive"
+FLOOR = "floor"
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,7 @@ class Workload:
 
 class Engine(Protocol):
     name: str
+    checked: bool  # whether its outputs are the metric, checked against the reference's
 
     def prepare(self, workload: Workload, run_dir: Path) -> list[str]:
         """Set up `run_dir` (empty) and return the command that runs the workload."""
@@ -88,15 +99,22 @@ def fresh_dir(path: Path) -> Path:
 
 
 class Logmetrics:
-    """`logmetrics backfill` over the workload's dates, event log on, into a new warehouse."""
+    """`logmetrics backfill` over the workload's dates, event log on, into a new warehouse;
+    `overrides` are config sections merged over the benchmark's config (a variant)."""
 
-    name = "logmetrics"
+    checked = True
+
+    def __init__(
+        self, name: str = LOGMETRICS, overrides: Mapping[str, Mapping[str, object]] | None = None
+    ) -> None:
+        self.name = name
+        self.overrides = {section: dict(values) for section, values in (overrides or {}).items()}
 
     def prepare(self, workload: Workload, run_dir: Path) -> list[str]:
         config = self.config_path(run_dir)
         fresh_dir(run_dir)
         (run_dir / "events").mkdir()  # Spark does not create the event log directory
-        config.write_text(yaml.safe_dump(self._config(workload, run_dir), sort_keys=False))
+        config.write_text(yaml.safe_dump(self.config(workload, run_dir), sort_keys=False))
         executable = Path(sys.executable).with_name("logmetrics")
         return [
             str(executable),
@@ -125,10 +143,20 @@ class Logmetrics:
             "daily": str(warehouse / DAILY_TABLE),
         }
 
+    def config(self, workload: Workload, run_dir: Path) -> dict[str, object]:
+        """The benchmark's config with this variant's overrides merged in, section by section."""
+        config = self._base_config(workload, run_dir)
+        for section, values in self.overrides.items():
+            merged = config.get(section, {})
+            assert isinstance(merged, dict)
+            config[section] = {**merged, **values}
+        return config
+
     @staticmethod
-    def _config(workload: Workload, run_dir: Path) -> dict[str, object]:
-        """Inputs, outputs, metrics and Spark; everything else (backfill.days_per_chunk, the
-        quality gates) is the project's default, so the benchmark times what users run."""
+    def _base_config(workload: Workload, run_dir: Path) -> dict[str, object]:
+        """Inputs, outputs, metrics and Spark; everything else (backfill.days_per_chunk,
+        spark.accelerator, the quality gates) is the project's default, so the benchmark times
+        what users run."""
         return {
             "inputs": {
                 "served_logs": {
@@ -156,7 +184,8 @@ class Logmetrics:
 class DuckDBReference:
     """The SQL reference, `python -m benchmarks.duckdb_reference`."""
 
-    name = "duckdb"
+    name = DUCKDB
+    checked = False  # the reference itself
 
     def prepare(self, workload: Workload, run_dir: Path) -> list[str]:
         fresh_dir(run_dir)
@@ -186,7 +215,8 @@ class DuckDBReference:
 class NaiveSpark:
     """The naive plan, `python -m benchmarks.naive_spark`."""
 
-    name = "naive"
+    name = NAIVE
+    checked = True
     module = "benchmarks.naive_spark"
 
     def prepare(self, workload: Workload, run_dir: Path) -> list[str]:
@@ -213,7 +243,8 @@ class NaiveSpark:
 class FloorSpark(NaiveSpark):
     """The floor, `python -m benchmarks.floor_spark`: timed only, its outputs are not the metric."""
 
-    name = "floor"
+    name = FLOOR
+    checked = False
     module = "benchmarks.floor_spark"
 
     def outputs(self, run_dir: Path) -> dict[str, str]:

@@ -215,6 +215,7 @@ def time_rounds(
                         "ok": measured.ok,
                         "exit_code": measured.exit_code,
                         "wall_s": measured.wall_s,
+                        "peak_tree_pss_gib": round(measured.peak_tree_pss / report.GIB, 3),
                         "peak_tree_rss_gib": round(measured.peak_tree_rss / report.GIB, 3),
                         "phases_s": phases,
                     }

@@ -52,7 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "round": round_,
                     "engine": engine.name,
                     "wall_s": measured.wall_s,
-                    "peak_tree_gib": round(measured.peak_tree_rss / GIB, 2),
+                    "peak_tree_pss_gib": round(measured.peak_tree_pss / GIB, 2),
+                    "peak_tree_gib": round(measured.peak_tree_rss / GIB, 2),  # RSS sum
                 }
             )
             log.info("round %d %s: %.1f s", round_ + 1, engine.name, measured.wall_s)

@@ -1,14 +1,33 @@
 """Run one command as a subprocess and measure it: wall time and peak memory of its process tree.
 
-Memory is sampled with psutil every `POLL_SECONDS`: the resident set size (RSS) of the process
-and of all its descendants, summed (the tree's peak), and the largest RSS seen of any one Java
-process (the Spark driver JVM, when there is one). Sampling can miss a spike shorter than the
-interval; at 0.1 s it sees every phase of a run that takes seconds.
+The memory figure is the tree's **PSS** (proportional set size, `psutil`'s
+`memory_full_info().pss`, read from `/proc/PID/smaps_rollup`), summed over the process and all
+its descendants: a page shared by n processes counts 1/n in each, so pages the JVM shares with
+the Python workers it forks count once in the sum, where an RSS sum counts them once per
+process. The largest PSS of any one Java process (the Spark driver) is kept too.
 
-One exception keeps the sum honest: a child still running its parent's executable and younger
-than `LAUNCH_SECONDS` is a process being launched (fork or vfork, before its exec), whose RSS
-is its parent's pages counted a second time (the JVM starting a Python worker would otherwise
-add a phantom copy of the whole driver); it is left out.
+Reading smaps_rollup makes the kernel walk the process's page tables, holding its memory-map
+lock for reading: about 18 ms of CPU for a process with 1 GiB resident and 45 ms for 4 GiB
+(a test process on the 2-core benchmark machine), against 0.01 ms for its RSS. So the tree is
+listed and its RSS read every `POLL_SECONDS`, and PSS is read at most every `PSS_SECONDS`
+(sooner when the tree's RSS grew by `PSS_GROWTH` since the last read: start-up, a short run,
+while reading is still cheap), and only when it could set a new peak: a process's PSS is at
+most its RSS, so while the tree's RSS sum is at or below the PSS peak already seen (and no
+JVM's RSS above the JVM PSS peak), neither peak can move. That skip helps only once memory has
+fallen below its peak (a JVM rarely gives memory back), so a process near 4 GiB costs a read
+every `PSS_SECONDS`: ~10% of one CPU. Each run records its samples and the CPU seconds the
+sampling cost (the benchmark process does nothing else while it waits), to read against the
+run's wall time: the sampler shares the machine with the run it measures.
+
+The RSS figures stay (the tree's sum and the largest Java process), as before: in the sum, a
+child still running its parent's executable and younger than `LAUNCH_SECONDS` is a process
+being launched (fork or vfork, before its exec), whose RSS is its parent's pages counted a
+second time; it is left out. The PSS sum needs no such exception.
+
+Sampling can miss a spike shorter than the interval; a run's memory grows over seconds.
+A process that ends between the listing and the reading is skipped (its memory is gone); one
+whose smaps_rollup cannot be read (permissions) counts with its RSS, an upper bound, and the
+number of such readings is recorded.
 """
 
 from __future__ import annotations
@@ -23,24 +42,46 @@ from pathlib import Path
 
 import psutil
 
-POLL_SECONDS = 0.1
+POLL_SECONDS = 0.25
+PSS_SECONDS = 0.5
+PSS_GROWTH = 1.25  # the tree's RSS grew by this factor since PSS was last read: read it now
 LAUNCH_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """One finished run: exit code, wall seconds, peak RSS (bytes) of the tree and of a JVM."""
+    """One finished run: exit code, wall seconds, peak memory (bytes) of the tree and of a JVM,
+    and what measuring it cost."""
 
     exit_code: int
     wall_s: float
+    peak_tree_pss: int
+    peak_jvm_pss: int
     peak_tree_rss: int
     peak_jvm_rss: int
     log: Path
     timed_out: bool = False
+    samples: int = 0  # tree listings with RSS
+    pss_samples: int = 0  # of which PSS was read too
+    pss_fallbacks: int = 0  # process readings where PSS was denied and RSS stood in
+    sampler_cpu_s: float = 0.0
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass
+class _Peaks:
+    tree_pss: int = 0
+    jvm_pss: int = 0
+    tree_rss: int = 0
+    jvm_rss: int = 0
+    samples: int = 0
+    pss_samples: int = 0
+    pss_fallbacks: int = 0
+    cpu_s: float = 0.0
+    rss_at_last_pss: int = 0
 
 
 def run_measured(
@@ -61,26 +102,44 @@ def run_measured(
             env={**os.environ, **(env or {})},
             cwd=cwd,
         )
-        peak_tree, peak_jvm, timed_out = _watch(process, timeout_s)
+        peaks, timed_out = _watch(process, timeout_s)
         wall = time.perf_counter() - began
-    return Measurement(process.returncode, round(wall, 3), peak_tree, peak_jvm, log, timed_out)
+    return Measurement(
+        exit_code=process.returncode,
+        wall_s=round(wall, 3),
+        peak_tree_pss=peaks.tree_pss,
+        peak_jvm_pss=peaks.jvm_pss,
+        peak_tree_rss=peaks.tree_rss,
+        peak_jvm_rss=peaks.jvm_rss,
+        log=log,
+        timed_out=timed_out,
+        samples=peaks.samples,
+        pss_samples=peaks.pss_samples,
+        pss_fallbacks=peaks.pss_fallbacks,
+        sampler_cpu_s=round(peaks.cpu_s, 3),
+    )
 
 
-def _watch(process: subprocess.Popen[bytes], timeout_s: float | None) -> tuple[int, int, bool]:
-    """Sample the tree until the process exits or times out; returns (peak tree RSS, peak JVM
-    RSS, whether it was killed for taking too long)."""
+def _watch(process: subprocess.Popen[bytes], timeout_s: float | None) -> tuple[_Peaks, bool]:
+    """Sample the tree until the process exits or times out; returns the peaks and whether it
+    was killed for taking too long."""
     root = psutil.Process(process.pid)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    peak_tree = peak_jvm = 0
+    peaks = _Peaks()
+    last_pss = None
     while process.poll() is None:
         if deadline is not None and time.monotonic() > deadline:
             _kill_tree(root)
             process.wait()
-            return peak_tree, peak_jvm, True
-        tree, jvm = _sample(root)
-        peak_tree, peak_jvm = max(peak_tree, tree), max(peak_jvm, jvm)
+            return peaks, True
+        cpu = time.process_time()
+        now = time.monotonic()
+        due = last_pss is None or now - last_pss >= PSS_SECONDS
+        if _sample(root, peaks, due):
+            last_pss = now
+        peaks.cpu_s += time.process_time() - cpu
         time.sleep(POLL_SECONDS)
-    return peak_tree, peak_jvm, False
+    return peaks, False
 
 
 def _kill_tree(root: psutil.Process) -> None:
@@ -94,26 +153,71 @@ def _kill_tree(root: psutil.Process) -> None:
             member.kill()
 
 
-def _sample(root: psutil.Process) -> tuple[int, int]:
-    """(sum of RSS over the tree, largest RSS of a java process in it) right now."""
+@dataclass(frozen=True)
+class _Member:
+    pid: int
+    rss: int
+    exe: str
+    created: float
+    parent: int
+
+    @property
+    def is_java(self) -> bool:
+        return self.exe.endswith("/java")
+
+
+def _sample(root: psutil.Process, peaks: _Peaks, due: bool) -> bool:
+    """Update `peaks` from the tree as it is now; PSS too when it could set a new peak and it
+    is `due` or the tree grew fast (start-up, a short run). Returns whether PSS was read."""
     try:
-        members = [root, *root.children(recursive=True)]
+        processes = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0, 0
-    now = time.time()
-    seen: dict[int, tuple[int, str, float, int]] = {}  # pid -> rss, exe, created, parent
-    for member in members:
+        return False
+    members: dict[int, tuple[psutil.Process, _Member]] = {}
+    for process in processes:
         try:
-            with member.oneshot():
-                info = (member.memory_info().rss, member.exe(), member.create_time(), member.ppid())
+            with process.oneshot():
+                member = _Member(
+                    process.pid,
+                    process.memory_info().rss,
+                    process.exe(),
+                    process.create_time(),
+                    process.ppid(),
+                )
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue  # it ended between the listing and the reading
-        seen[member.pid] = info
-    tree = jvm = 0
-    for rss, exe, created, parent in seen.values():
-        if parent in seen and exe == seen[parent][1] and now - created < LAUNCH_SECONDS:
+        members[process.pid] = (process, member)
+    peaks.samples += 1
+    now = time.time()
+    rss_sum = 0
+    for _, member in members.values():
+        parent = members.get(member.parent)
+        if parent and member.exe == parent[1].exe and now - member.created < LAUNCH_SECONDS:
             continue  # being launched: its parent's pages, not memory of its own
-        tree += rss
-        if exe.endswith("/java"):
-            jvm = max(jvm, rss)
-    return tree, jvm
+        rss_sum += member.rss
+        if member.is_java:
+            peaks.jvm_rss = max(peaks.jvm_rss, member.rss)
+    peaks.tree_rss = max(peaks.tree_rss, rss_sum)
+    # PSS <= RSS per process: when the full RSS sum is at most the tree's PSS peak and no
+    # JVM's RSS is above the JVM's PSS peak, neither peak can move.
+    java_rss = max((m.rss for _, m in members.values() if m.is_java), default=0)
+    full_rss = sum(m.rss for _, m in members.values())
+    grew = full_rss > PSS_GROWTH * peaks.rss_at_last_pss
+    if not (due or grew) or (full_rss <= peaks.tree_pss and java_rss <= peaks.jvm_pss):
+        return False
+    peaks.rss_at_last_pss = full_rss
+    pss_sum = 0
+    for process, member in members.values():
+        try:
+            pss = process.memory_full_info().pss
+        except psutil.NoSuchProcess:
+            continue  # it ended: its memory is gone
+        except psutil.AccessDenied:
+            pss = member.rss  # an upper bound, so the peak is never under-reported
+            peaks.pss_fallbacks += 1
+        pss_sum += pss
+        if member.is_java:
+            peaks.jvm_pss = max(peaks.jvm_pss, pss)
+    peaks.tree_pss = max(peaks.tree_pss, pss_sum)
+    peaks.pss_samples += 1
+    return True

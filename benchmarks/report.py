@@ -1,7 +1,8 @@
 """From the timed runs to the numbers: medians, ratios, targets, the JSON and the README table.
 
-Wall times are medians over a (workload, engine)'s runs; peak memory is the largest seen in any
-of them. The README's results section sits between two marker comments and is rewritten whole.
+Wall times are medians over a (workload, engine)'s runs; peak memory (PSS of the process tree,
+and the RSS figures beside it) is the largest seen in any of them. The README's results section
+sits between two marker comments and is rewritten whole.
 """
 
 from __future__ import annotations
@@ -12,14 +13,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.engines import DUCKDB, FLOOR, LOGMETRICS, LOGMETRICS_PLAIN, NAIVE
+
 README_START = "<!-- bench:results:start -->"
 README_END = "<!-- bench:results:end -->"
 GIB = 2**30
 
 # The issue's targets.
-MAX_RATIO_TO_DUCKDB = 4.0
+MAX_RATIO_TO_DUCKDB = 4.0  # logmetrics (defaults, Comet on)
+MAX_PLAIN_OVER_FLOOR = 1.3  # logmetrics-plain / the plain-Spark floor
+MAX_PLAIN_OVER_NAIVE = 0.35  # logmetrics-plain / the naive plan
 MAX_GROWTH_90_OVER_30 = 3.3
-MAX_PEAK_MEMORY_BYTES = 4 * GIB
+MAX_PEAK_MEMORY_BYTES = 4 * GIB  # PSS of the process tree
+MAX_ONE_CHUNK_OVER_DEFAULT = 1.1
+ENGINE_LABELS = {DUCKDB: "DuckDB", FLOOR: "Spark floor", NAIVE: "naive Spark"}
 
 
 @dataclass(frozen=True)
@@ -31,11 +38,17 @@ class RunRecord:
     round: int
     exit_code: int
     wall_s: float
+    peak_tree_pss: int
+    peak_jvm_pss: int
     peak_tree_rss: int
     peak_jvm_rss: int
     log: str
     timed_out: bool = False
     steps_s: dict[str, float] | None = None
+    samples: int = 0
+    pss_samples: int = 0
+    pss_fallbacks: int = 0
+    sampler_cpu_s: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -60,12 +73,13 @@ def engine_summary(runs: Sequence[RunRecord]) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "ok": len(good) == len(runs) and bool(runs),
         "runs": len(runs),
+        "runs_ok": len(good),
         "wall_s_all": [r.wall_s for r in runs],
     }
     if good:
         summary["wall_s"] = round(statistics.median(r.wall_s for r in good), 3)
-        summary["peak_tree_rss_gib"] = round(max(r.peak_tree_rss for r in good) / GIB, 3)
-        summary["peak_jvm_rss_gib"] = round(max(r.peak_jvm_rss for r in good) / GIB, 3)
+        for field in ("peak_tree_pss", "peak_jvm_pss", "peak_tree_rss", "peak_jvm_rss"):
+            summary[f"{field}_gib"] = round(max(getattr(r, field) for r in good) / GIB, 3)
     steps = [r.steps_s for r in good if r.steps_s]
     if steps:
         summary["steps_s"] = {
@@ -80,7 +94,7 @@ def summarize(
     """Per workload: its size and, per engine, `engine_summary`."""
     out: dict[str, dict[str, Any]] = {}
     for info in workloads:
-        engines = sorted({r.engine for r in runs if r.workload == info.name})
+        engines = list(dict.fromkeys(r.engine for r in runs if r.workload == info.name))
         out[info.name] = {
             "label": info.label,
             "days": info.days,
@@ -92,42 +106,120 @@ def summarize(
                 for e in engines
             },
         }
-        wall = _wall(out[info.name], "logmetrics")
+        for summary in out[info.name]["engines"].values():
+            if summary.get("wall_s") and info.served_results:
+                summary["results_per_s"] = round(info.served_results / summary["wall_s"])
+        wall = _wall(out[info.name], LOGMETRICS)
         if wall and info.served_results:
             out[info.name]["logmetrics_results_per_s"] = round(info.served_results / wall)
     return out
 
 
+@dataclass(frozen=True)
+class Chunking:
+    """The one-chunk comparison: `engine` runs the main workload's `days` in one chunk, the
+    default logmetrics in chunks of `default_days_per_chunk`."""
+
+    engine: str
+    days: int
+    default_days_per_chunk: int | None
+
+    def label(self) -> str:
+        """E.g. "one 90-day chunk / 3 chunks of 30 days"."""
+        size = self.default_days_per_chunk
+        if not size:
+            return f"one {self.days}-day chunk / the default chunks"
+        sizes = [min(size, self.days - start) for start in range(0, self.days, size)]
+        if len(set(sizes)) == 1:
+            default = f"{len(sizes)} chunk{'s' if len(sizes) > 1 else ''} of {sizes[0]} days"
+        else:
+            default = f"{len(sizes)} chunks of {'+'.join(map(str, sizes))} days"
+        return f"one {self.days}-day chunk / {default}"
+
+
 def targets(
-    summary: dict[str, dict[str, Any]], main: str, short: str, checks_ok: bool | None
+    summary: dict[str, dict[str, Any]],
+    main: str,
+    short: str,
+    chunking: Chunking,
+    checks: dict[str, Any],
+    expected_checks: Sequence[str],
 ) -> list[dict[str, Any]]:
-    """The issue's pass/fail lines: `main` is the 90-day workload, `short` the 30-day one."""
-    ours, duckdb, ours_short = (
-        _wall(summary[main], "logmetrics"),
-        _wall(summary[main], "duckdb"),
-        _wall(summary[short], "logmetrics"),
+    """The issue's pass/fail lines, all from one run: `main` is the 90-day workload, `short` the
+    30-day one; `expected_checks` the comparisons with the reference a complete run makes."""
+    ours, plain, duckdb, floor, naive, one_chunk = (
+        _wall(summary[main], engine)
+        for engine in (LOGMETRICS, LOGMETRICS_PLAIN, DUCKDB, FLOOR, NAIVE, chunking.engine)
     )
-    peak = summary[main]["engines"].get("logmetrics", {}).get("peak_tree_rss_gib")
-    ratio = ours / duckdb if ours and duckdb else None
-    growth = ours / ours_short if ours and ours_short else None
+    ours_short = _wall(summary[short], LOGMETRICS)
+    peak = summary[main]["engines"].get(LOGMETRICS, {}).get("peak_tree_pss_gib")
     long, brief = summary[main]["label"], summary[short]["label"]
     return [
-        _target(f"logmetrics / DuckDB, {long}", ratio, MAX_RATIO_TO_DUCKDB, "{:.2f}", "<= 4"),
-        _target(f"logmetrics {long} / {brief}", growth, MAX_GROWTH_90_OVER_30, "{:.2f}", "<= 3.3"),
         _target(
-            f"logmetrics peak memory, process tree, {long}",
+            f"logmetrics / DuckDB, {long}",
+            _divide(ours, duckdb),
+            MAX_RATIO_TO_DUCKDB,
+            "{:.2f}",
+            "<= 4",
+        ),
+        _target(
+            f"logmetrics-plain / Spark floor, {long}",
+            _divide(plain, floor),
+            MAX_PLAIN_OVER_FLOOR,
+            "{:.2f}",
+            "<= 1.3",
+        ),
+        _target(
+            f"logmetrics-plain / naive Spark, {long}",
+            _divide(plain, naive),
+            MAX_PLAIN_OVER_NAIVE,
+            "{:.2f}",
+            "<= 0.35",
+        ),
+        _target(
+            f"logmetrics {long} / {brief}",
+            _divide(ours, ours_short),
+            MAX_GROWTH_90_OVER_30,
+            "{:.2f}",
+            "<= 3.3",
+        ),
+        _target(
+            f"logmetrics peak PSS, process tree, {long}",
             peak,
             MAX_PEAK_MEMORY_BYTES / GIB,
             "{:.2f} GiB",
             "<= 4 GiB",
         ),
-        {
-            "name": "outputs equal the DuckDB reference's",
-            "measured": {None: "not checked", True: "yes", False: "NO"}[checks_ok],
-            "limit": "exact",
-            "pass": checks_ok,
-        },
+        _target(
+            f"{chunking.engine} / logmetrics, {long} ({chunking.label()})",
+            _divide(one_chunk, ours),
+            MAX_ONE_CHUNK_OVER_DEFAULT,
+            "{:.2f}",
+            "<= 1.1",
+        ),
+        outputs_target(checks, expected_checks),
     ]
+
+
+def outputs_target(checks: dict[str, Any], expected: Sequence[str]) -> dict[str, Any]:
+    """Every expected comparison made and equal (a failed run leaves its comparison missing)."""
+    equal = [name for name in expected if checks.get(name, {}).get("ok")]
+    differing = [name for name, verdict in checks.items() if not verdict.get("ok")]
+    missing = [name for name in expected if name not in checks]
+    passed = None if not checks else not differing and not missing
+    return {
+        "name": "outputs equal the DuckDB reference's (every logmetrics variant and the naive "
+        "plan, on every workload it ran)",
+        "measured": "not checked" if not checks else f"{len(equal)} of {len(expected)} equal",
+        "limit": "exact",
+        "pass": passed,
+        "differing": differing,
+        "missing": missing,
+    }
+
+
+def _divide(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
 
 
 def _target(name: str, value: float | None, limit: float, fmt: str, shown: str) -> dict[str, Any]:
@@ -147,50 +239,72 @@ def _wall(workload: dict[str, Any], engine: str) -> float | None:
 
 def markdown(results: dict[str, Any]) -> str:
     """The README's results section: the table, the targets, where the time goes."""
+    parameters = results["parameters"]
     lines = [
         f"Measured {results['generated_at']} on {results['machine_line']}.",
-        f"Wall time of the whole process, median of {results['parameters']['repeats']} runs "
-        f"(naive Spark: {results['parameters']['naive_repeats']}); peak RSS of the process "
-        "tree (and of its largest JVM) over those runs.",
+        f"Wall time of the whole process, median of {parameters['repeats']} alternating rounds "
+        f"(naive Spark: {parameters['naive_repeats']}); / DuckDB = that over DuckDB's on the "
+        "same workload; peak PSS (proportional set size) of the process tree and of its "
+        "largest JVM, and the peak RSS sum of the tree, over those runs.",
         "",
-        "| workload | served results | logmetrics | s/day | DuckDB | naive Spark "
-        "| logmetrics / DuckDB | logmetrics / naive | results/s | peak RSS, tree / JVM |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| workload | served results | engine | wall | / DuckDB | results/s "
+        "| peak PSS, tree / JVM | peak RSS sum |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for workload in results["workloads"].values():
-        lines.append(_table_row(workload))
+        lines += _table_rows(workload)
+    lines += ["", *_sampling_lines(parameters.get("memory_sampling"))]
     lines += ["", "| target | measured | limit | |", "|---|---:|---:|---|"]
     for target in results["targets"]:
         verdict = {None: "n/a", True: "pass", False: "**FAIL**"}[target["pass"]]
         lines.append(f"| {target['name']} | {target['measured']} | {target['limit']} | {verdict} |")
     main = next(iter(results["workloads"].values()))["label"]
-    driver_memory = results["parameters"]["driver_memory"]
+    driver_memory = parameters["driver_memory"]
     lines += ["", *_time_lines(results.get("where_the_time_goes"), main, driver_memory)]
     return "\n".join(lines) + "\n"
 
 
-def _table_row(workload: dict[str, Any]) -> str:
-    ours, duckdb, naive = (_wall(workload, e) for e in ("logmetrics", "duckdb", "naive"))
-    engine = workload["engines"].get("logmetrics", {})
-    memory = (
-        f"{engine['peak_tree_rss_gib']:.2f} / {engine['peak_jvm_rss_gib']:.2f} GiB"
-        if "peak_tree_rss_gib" in engine
-        else "n/a"
-    )
-    results_per_s = workload.get("logmetrics_results_per_s")
-    cells = [
-        workload["label"],
-        _count(workload.get("served_results")),
-        _seconds(ours),
-        _seconds(ours / workload["days"] if ours else None),
-        _seconds(duckdb),
-        _seconds(naive),
-        _ratio(ours, duckdb),
-        _ratio(ours, naive),
-        _count(results_per_s),
-        memory,
+def _table_rows(workload: dict[str, Any]) -> list[str]:
+    """One row per engine; the workload's label and size on its first."""
+    duckdb = _wall(workload, DUCKDB)
+    rows = []
+    for number, (name, engine) in enumerate(workload["engines"].items()):
+        wall = _wall(workload, name)
+        memory = "n/a"
+        if "peak_tree_pss_gib" in engine:
+            tree, jvm = engine["peak_tree_pss_gib"], engine["peak_jvm_pss_gib"]
+            memory = f"{tree:.2f} / {jvm:.2f} GiB" if jvm else f"{tree:.2f} GiB / no JVM"
+        rss = f"{engine['peak_tree_rss_gib']:.2f} GiB" if "peak_tree_rss_gib" in engine else "n/a"
+        label = ENGINE_LABELS.get(name, name)
+        if not engine["ok"]:
+            label = f"{label} ({engine['runs'] - engine['runs_ok']} of {engine['runs']} failed)"
+        cells = [
+            workload["label"] if number == 0 else "",
+            _count(workload.get("served_results")) if number == 0 else "",
+            label,
+            _seconds(wall),
+            _ratio(wall, duckdb),
+            _count(engine.get("results_per_s")),
+            memory,
+            rss,
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def _sampling_lines(sampling: dict[str, Any] | None) -> list[str]:
+    if not sampling or "sampler_cpu_s" not in sampling:
+        return []
+    share, worst = sampling["sampler_share_of_one_cpu"] or 0.0, sampling["largest_share"]
+    worst_share = worst["sampler_cpu_s"] / worst["wall_s"] if worst["wall_s"] else 0.0
+    fallbacks = sampling["pss_fallbacks"]
+    return [
+        f"Memory sampling (RSS every {sampling['rss_every_s']} s, PSS at most every "
+        f"{sampling['pss_at_most_every_s']} s) cost the benchmark process "
+        f"{sampling['sampler_cpu_s']:.1f} CPU s over {sampling['runs_wall_s']:.0f} s of runs, "
+        f"{100 * share:.1f}% of one CPU ({100 * worst_share:.1f}% during {worst['run']})"
+        + (f"; {fallbacks} PSS readings denied, RSS counted instead." if fallbacks else ".")
     ]
-    return "| " + " | ".join(cells) + " |"
 
 
 def _time_lines(summary: dict[str, Any] | None, workload: str, driver_memory: str) -> list[str]:

@@ -3,10 +3,14 @@
 1. Datasets (regenerated only when missing): top-10 lists over `--days` days (90) and top-20
    lists over a third of them (30), `--queries-per-day` requests a day (40,000), dirty.
 2. Workloads: top-10 over 90, 30 and 60 days, top-20 over 30 days. Each round runs every
-   workload's engines back to back (logmetrics, DuckDB, then the naive plan on the 90 days),
-   so that a slow spell of the machine hits all of them alike; `--repeats` rounds.
+   workload's engines back to back, so that a slow spell of the machine hits all of them
+   alike; `--repeats` rounds. Every workload: logmetrics (the defaults, Comet on),
+   logmetrics-plain (`spark.accelerator: none`) and DuckDB; the 90 days also the plain-Spark
+   floor, logmetrics-chunk90 (`backfill.days_per_chunk` = the 90 days, one chunk) and, in the
+   first `--naive-repeats` rounds, the naive plan.
 3. Where logmetrics' time goes, from the Spark event log of its last 90-day run.
-4. Correctness: every engine's last outputs against the DuckDB reference's (`benchmarks.check`).
+4. Correctness: every logmetrics variant's and the naive plan's last outputs against the
+   DuckDB reference's (`benchmarks.check`).
 5. benchmarks/results.json, the table in benchmarks/README.md, the table on stdout.
 6. The fixed-cost runs (`benchmarks.fixed_cost`, `--repeats` rounds): a nightly day and a tiny
    one against the platform floor, recorded the same way.
@@ -27,14 +31,16 @@ from typing import Any
 
 import duckdb
 
-from benchmarks import eventlog, fixed_cost, machine, report
+from benchmarks import eventlog, fixed_cost, machine, measure, report
 from benchmarks.datasets import Dataset, DatasetSpec, ensure_dataset
 from benchmarks.engines import (
     DRIVER_MEMORY,
     KS,
+    LOGMETRICS_PLAIN,
     THRESHOLD,
     DuckDBReference,
     Engine,
+    FloorSpark,
     Logmetrics,
     NaiveSpark,
     Workload,
@@ -46,7 +52,8 @@ log = logging.getLogger("benchmarks")
 
 REPO = Path(__file__).resolve().parent.parent
 START = dt.date(2026, 1, 1)
-LOGMETRICS, DUCKDB, NAIVE = Logmetrics(), DuckDBReference(), NaiveSpark()
+LOGMETRICS, DUCKDB, NAIVE, FLOOR = Logmetrics(), DuckDBReference(), NaiveSpark(), FloorSpark()
+PLAIN = Logmetrics(LOGMETRICS_PLAIN, {"spark": {"accelerator": "none"}})
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,7 @@ class Plan:
     engines: dict[str, list[Engine]]
     main: str  # the 90-day top-10 workload
     short: str  # the 30-day top-10 workload
+    one_chunk: Logmetrics  # logmetrics with the main workload's days in one chunk
     repeats: int
     naive_repeats: int
 
@@ -68,6 +76,15 @@ class Plan:
             for workload in self.workloads
             for engine in self.engines[workload.name]
             if engine is not NAIVE or round_ < self.naive_repeats
+        ]
+
+    def checked(self) -> list[str]:
+        """The comparisons with the reference a complete run makes (`check_outputs` names)."""
+        return [
+            comparison_name(workload, engine)
+            for workload in self.workloads
+            for engine in self.engines[workload.name]
+            if engine.checked
         ]
 
 
@@ -83,11 +100,22 @@ def build_plan(args: argparse.Namespace) -> Plan:
         Workload(f"top20-{third}d", top20, third),
     ]
     main, short = workloads[0].name, workloads[1].name
-    engines: dict[str, list[Engine]] = {w.name: [LOGMETRICS, DUCKDB] for w in workloads}
+    one_chunk = Logmetrics(
+        f"logmetrics-chunk{args.days}", {"backfill": {"days_per_chunk": args.days}}
+    )
+    engines: dict[str, list[Engine]] = {w.name: [LOGMETRICS, PLAIN, DUCKDB] for w in workloads}
+    # The pairs the targets compare sit next to each other: plain / floor, one chunk / default.
+    engines[main] = [LOGMETRICS, DUCKDB, PLAIN, FLOOR, one_chunk]
     if args.naive_repeats > 0:
-        engines[main] = [LOGMETRICS, DUCKDB, NAIVE]
+        engines[main].append(NAIVE)
     return Plan(
-        workloads, engines, main, short, args.repeats, min(args.naive_repeats, args.repeats)
+        workloads,
+        engines,
+        main,
+        short,
+        one_chunk,
+        args.repeats,
+        min(args.naive_repeats, args.repeats),
     )
 
 
@@ -127,22 +155,30 @@ def time_runs(plan: Plan, out_dir: Path, timeout_s: float) -> list[RunRecord]:
                 round=round_,
                 exit_code=measured.exit_code,
                 wall_s=measured.wall_s,
+                peak_tree_pss=measured.peak_tree_pss,
+                peak_jvm_pss=measured.peak_jvm_pss,
                 peak_tree_rss=measured.peak_tree_rss,
                 peak_jvm_rss=measured.peak_jvm_rss,
                 log=_relative(measured.log),
                 timed_out=measured.timed_out,
                 steps_s=steps,
+                samples=measured.samples,
+                pss_samples=measured.pss_samples,
+                pss_fallbacks=measured.pss_fallbacks,
+                sampler_cpu_s=measured.sampler_cpu_s,
             )
         )
         log.info(
-            "[%d/%d] %s %s: %s in %.1f s, peak RSS %.2f GiB",
+            "[%d/%d] %s %s: %s in %.1f s, peak PSS %.2f GiB (RSS sum %.2f), sampling %.2f CPU s",
             number,
             len(schedule),
             workload.name,
             engine.name,
             "ok" if measured.ok else _failure(measured),
             measured.wall_s,
+            measured.peak_tree_pss / report.GIB,
             measured.peak_tree_rss / report.GIB,
+            measured.sampler_cpu_s,
         )
     return records
 
@@ -161,10 +197,10 @@ def check_outputs(plan: Plan, out_dir: Path, records: list[RunRecord]) -> dict[s
             continue
         reference = DUCKDB.outputs(run_dir(out_dir, workload, DUCKDB))
         for engine in plan.engines[workload.name]:
-            if engine is not DUCKDB and (workload.name, engine.name) in succeeded:
+            if engine.checked and (workload.name, engine.name) in succeeded:
                 comparisons.append(
                     {
-                        "name": f"{workload.name} {engine.name}",
+                        "name": comparison_name(workload, engine),
                         "expected": reference,
                         "actual": engine.outputs(run_dir(out_dir, workload, engine)),
                     }
@@ -182,6 +218,10 @@ def check_outputs(plan: Plan, out_dir: Path, records: list[RunRecord]) -> dict[s
         return {"check": {"ok": False, "error": error}}
     verdicts: dict[str, Any] = json.loads(verdict_file.read_text())
     return verdicts
+
+
+def comparison_name(workload: Workload, engine: Engine) -> str:
+    return f"{workload.name} {engine.name}"
 
 
 def workload_info(workload: Workload, out_dir: Path) -> WorkloadInfo:
@@ -215,12 +255,13 @@ def where_the_time_goes(plan: Plan, out_dir: Path, records: list[RunRecord]) -> 
     return eventlog.summarize(Logmetrics.events_dir(run_dir(out_dir, main, LOGMETRICS)))
 
 
-def days_per_chunk(plan: Plan, out_dir: Path) -> int | None:
-    """The backfill.days_per_chunk logmetrics ran with (its default: the config leaves it out)."""
+def days_per_chunk(plan: Plan, out_dir: Path, engine: Logmetrics) -> int | None:
+    """The backfill.days_per_chunk a logmetrics variant ran with on the main workload (for the
+    default variant, the project's default: its config leaves it out)."""
     from logmetrics.config import load_config
 
     main = next(w for w in plan.workloads if w.name == plan.main)
-    config = Logmetrics.config_path(run_dir(out_dir, main, LOGMETRICS))
+    config = Logmetrics.config_path(run_dir(out_dir, main, engine))
     return load_config([config]).backfill.days_per_chunk if config.exists() else None
 
 
@@ -229,8 +270,12 @@ def build_results(
 ) -> dict[str, Any]:
     infos = [workload_info(w, args.out_dir) for w in plan.workloads]
     summary = report.summarize(infos, records)
-    checks_ok = all(v.get("ok") for v in checks.values()) if checks else None
     described = machine.describe(REPO)
+    chunking = report.Chunking(
+        engine=plan.one_chunk.name,
+        days=summary[plan.main]["days"],
+        default_days_per_chunk=days_per_chunk(plan, args.out_dir, LOGMETRICS),
+    )
     return {
         "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": described,
@@ -244,13 +289,41 @@ def build_results(
             "driver_memory": DRIVER_MEMORY,
             "repeats": plan.repeats,
             "naive_repeats": plan.naive_repeats,
-            "logmetrics_days_per_chunk": days_per_chunk(plan, args.out_dir),
+            "logmetrics_days_per_chunk": chunking.default_days_per_chunk,
+            "logmetrics_variants": {
+                engine.name: engine.overrides for engine in (LOGMETRICS, PLAIN, plan.one_chunk)
+            },
+            "memory_sampling": {
+                "rss_every_s": measure.POLL_SECONDS,
+                "pss_at_most_every_s": measure.PSS_SECONDS,
+                **sampling_cost(records),
+            },
         },
         "workloads": summary,
-        "targets": report.targets(summary, plan.main, plan.short, checks_ok),
+        "targets": report.targets(summary, plan.main, plan.short, chunking, checks, plan.checked()),
         "where_the_time_goes": where_the_time_goes(plan, args.out_dir, records),
         "checks": checks,
         "runs": [asdict(r) for r in records],
+    }
+
+
+def sampling_cost(records: list[RunRecord]) -> dict[str, Any]:
+    """What measuring memory cost: the sampler's CPU seconds against the runs' wall time."""
+    if not records:
+        return {}
+    cpu = sum(r.sampler_cpu_s for r in records)
+    wall = sum(r.wall_s for r in records)
+    worst = max(records, key=lambda r: r.sampler_cpu_s / r.wall_s if r.wall_s else 0.0)
+    return {
+        "sampler_cpu_s": round(cpu, 3),
+        "runs_wall_s": round(wall, 3),
+        "sampler_share_of_one_cpu": round(cpu / wall, 4) if wall else None,
+        "largest_share": {
+            "run": f"{worst.workload} {worst.engine} round {worst.round + 1}",
+            "sampler_cpu_s": worst.sampler_cpu_s,
+            "wall_s": worst.wall_s,
+        },
+        "pss_fallbacks": sum(r.pss_fallbacks for r in records),
     }
 
 
