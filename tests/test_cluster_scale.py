@@ -101,13 +101,15 @@ def planned_as_on_a_cluster(spark: SparkSession) -> Iterator[None]:
 def _plan(df: DataFrame) -> tuple[list[str], list[str]]:
     """The executed plan's shuffles (their partitioning, without expression ids or partition
     counts) and its joins. Cached frames count as scans: how they were computed once (the
-    cluster keys' group-by, the served hashes' distinct) is not part of this plan."""
+    cluster keys' group-by, the served hashes' distinct) is not part of this plan. Comet's
+    native operators count as the Spark operators they replace (CometExchange, a shuffle;
+    CometBroadcastHashJoin, a broadcast join)."""
     shuffles, joins = [], []
     todo = [df._jdf.queryExecution().executedPlan()]
     while todo:
         node = todo.pop()
-        name = node.nodeName()
-        if name == "Exchange":
+        name = node.nodeName().removeprefix("Comet")
+        if name in ("Exchange", "ColumnarExchange"):
             partitioning = node.outputPartitioning().toString()
             shuffles.append(re.sub(r"#\d+L?|, \d+\)$", "", partitioning) + ")")
         elif name.endswith("Join"):
