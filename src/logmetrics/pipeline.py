@@ -226,10 +226,9 @@ def run_range(
                         keys = start_cluster_keys(clusters.df, keys.salt + 1, side)
                 write_pending()
                 pending = (computed, chunk_began)
-            write_pending()
         finally:
             try:
-                write_pending()  # a later chunk failed: the one computed before it is written
+                write_pending()  # the last chunk, or the one computed before a chunk that failed
             finally:
                 keys.df.unpersist()
     return summary
@@ -479,10 +478,6 @@ class _Chunk:
     side: _SideBySide  # the run's side steps
     started: Future[None]  # the run's `started` ledger rows
     daily: _PublishedDaily  # the published daily rows before and during the run
-
-    def compute_and_publish(self, keys: ClusterKeys, table_fits: bool) -> list[DayResult]:
-        """`compute`, then write: the chunk on its own."""
-        return self.compute(keys, table_fits).write()
 
     def compute(self, keys: ClusterKeys, table_fits: bool) -> _Computed:
         """The chunk's one pass over its logs, its gates and every table's rows, nothing written

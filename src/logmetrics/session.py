@@ -83,7 +83,7 @@ def delta_conf() -> dict[str, str]:
 
 COMET_VERSION = "1.2.0"
 COMET_PACKAGE = f"org.apache.datafusion:comet-spark-spark{SPARK_MAJOR_MINOR}_2.13:{COMET_VERSION}"
-COMET_PLATFORMS = {("linux", "x86_64"), ("linux", "amd64"), ("linux", "aarch64")}
+COMET_PLATFORMS = {("linux", "x86_64"), ("linux", "aarch64")}
 """Where Comet's jar carries its native library (libcomet.so for Linux on x86-64 and arm64)."""
 COMET_HEAP_SHARE, COMET_OFF_HEAP_SHARE = 0.45, 0.35
 """With Comet on, the shares of `spark.driver_memory` given to the JVM heap and to Comet's
