@@ -98,3 +98,18 @@ def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser.add_argument("--threshold", type=int, default=4)
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     return parser
+
+
+REPO = Path(__file__).resolve().parent.parent
+"""The checkout the benchmark runs from: bench-data/ and bench-out/ go under it."""
+
+
+def data_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options that pick the generated data (`dataset`) and where runs go; resolve the two
+    directories after parsing."""
+    parser.add_argument("--days", type=int, default=90, help="days of the long workload")
+    parser.add_argument("--queries-per-day", type=int, default=40_000)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--data-dir", type=Path, default=REPO / "bench-data")
+    parser.add_argument("--out-dir", type=Path, default=REPO / "bench-out")
+    return parser

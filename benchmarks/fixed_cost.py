@@ -44,12 +44,11 @@ import pyarrow.parquet as pq
 import yaml
 
 from benchmarks import machine, report
-from benchmarks.datasets import Dataset, DatasetSpec, ensure_dataset
+from benchmarks.datasets import REPO, Dataset, DatasetSpec, data_options, ensure_dataset
 from benchmarks.measure import run_measured
 
 log = logging.getLogger("benchmarks")
 
-REPO = Path(__file__).resolve().parent.parent
 START = dt.date(2026, 1, 1)
 HISTORY_DAYS = 30
 TINY_QUERIES = 300
@@ -379,7 +378,6 @@ def baseline_option(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from benchmarks.run import data_options
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     parser = baseline_option(

@@ -18,10 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import machine
+from benchmarks.datasets import REPO, data_options
 from benchmarks.engines import DuckDBReference, Engine, FloorSpark, Workload
 from benchmarks.measure import run_measured
 from benchmarks.report import GIB
-from benchmarks.run import REPO, data_options, dataset, run_dir
+from benchmarks.run import dataset, run_dir
 
 log = logging.getLogger("benchmarks")
 

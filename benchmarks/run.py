@@ -32,7 +32,7 @@ from typing import Any
 import duckdb
 
 from benchmarks import eventlog, fixed_cost, machine, measure, report
-from benchmarks.datasets import Dataset, DatasetSpec, ensure_dataset
+from benchmarks.datasets import REPO, Dataset, DatasetSpec, data_options, ensure_dataset
 from benchmarks.engines import (
     DRIVER_MEMORY,
     KS,
@@ -50,7 +50,6 @@ from benchmarks.report import RunRecord, WorkloadInfo
 
 log = logging.getLogger("benchmarks")
 
-REPO = Path(__file__).resolve().parent.parent
 START = dt.date(2026, 1, 1)
 LOGMETRICS, DUCKDB, NAIVE, FLOOR = Logmetrics(), DuckDBReference(), NaiveSpark(), FloorSpark()
 PLAIN = Logmetrics(LOGMETRICS_PLAIN, {"spark": {"accelerator": "none"}})
@@ -325,17 +324,6 @@ def sampling_cost(records: list[RunRecord]) -> dict[str, Any]:
         },
         "pss_fallbacks": sum(r.pss_fallbacks for r in records),
     }
-
-
-def data_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The options that pick the generated data (`dataset`) and where runs go; resolve the two
-    directories after parsing."""
-    parser.add_argument("--days", type=int, default=90, help="days of the long workload")
-    parser.add_argument("--queries-per-day", type=int, default=40_000)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--data-dir", type=Path, default=REPO / "bench-data")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "bench-out")
-    return parser
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -50,7 +50,7 @@ LONGEST_FIRST = (
     "test_orchestration.py",
     "test_end_to_end.py",
     "test_hostile.py",
-    "test_quality_gates.py",
+    "test_gate_policy.py",
     "test_reliability.py",
     "test_properties.py",
     "test_alerts_end_to_end.py",

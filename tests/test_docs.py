@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from logmetrics import sinks
 from logmetrics.config import Config
+from logmetrics.tables import catalog
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
-TABLES = [value for value in vars(sinks).values() if isinstance(value, sinks.Table)]
+TABLES = [value for value in vars(catalog).values() if isinstance(value, catalog.Table)]
 ROW = re.compile(
     r"^\| `(?P<name>[^`]+)` \| (?P<type>[^|]+) \| (?P<nullable>yes|no) \| (?P<comment>.*) \|$"
 )
@@ -35,7 +35,7 @@ def test_every_table_is_listed() -> None:
 
 
 @pytest.mark.parametrize("table", TABLES, ids=lambda t: t.name)
-def test_columns_match_the_schema(table: sinks.Table) -> None:
+def test_columns_match_the_schema(table: catalog.Table) -> None:
     section = _section(table.name)
     documented = [m.groupdict() for line in section.splitlines() if (m := ROW.match(line))]
     expected = [

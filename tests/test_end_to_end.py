@@ -18,12 +18,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import reference
-from logmetrics import pipeline
 from logmetrics.cli import main
 from logmetrics.demo import generate_dataset
 from logmetrics.errors import LogmetricsError
-from logmetrics.schemas import BY_QUERY, DAILY, K_SWEEP, REDUNDANCY_COST, column_names
-from logmetrics.sinks import (
+from logmetrics.flows import chunk as chunk_flow
+from logmetrics.flows import keys as keys_flow
+from logmetrics.schemas import BY_QUERY, DAILY, K_SWEEP, REDUNDANCY_COST
+from logmetrics.tables.catalog import (
     BY_QUERY_TABLE,
     DAILY_TABLE,
     JOB_RUNS_TABLE,
@@ -123,7 +124,7 @@ def test_by_query_equals_the_reference(
     cluster_rows: list[tuple],
 ) -> None:
     table = _table(spark, warehouse, "unique_clusters_by_query")
-    assert table.columns == column_names(BY_QUERY)
+    assert table.columns == BY_QUERY.fieldNames()
     got = [_utc(r) for r in _rows(table, ["metric_date", "request_id", "k"])]
     expected = reference.by_query(source_rows, cluster_rows, KS, START, END)
     assert len(got) == len(expected) == 400 * DAYS * len(KS)
@@ -138,7 +139,7 @@ def test_daily_equals_the_reference(
     cluster_rows: list[tuple],
 ) -> None:
     table = _table(spark, warehouse, "unique_clusters_daily")
-    assert table.columns == column_names(DAILY)
+    assert table.columns == DAILY.fieldNames()
     assert table.where("segment != 'all' OR segment_value != 'all'").isEmpty()
     got = _rows(
         table, ["metric_date", "k"], RUN_COLUMNS | {"cluster_table_version"} | QUALITY | SEGMENT
@@ -158,7 +159,7 @@ def test_k_sweep_equals_the_reference(
     cluster_rows: list[tuple],
 ) -> None:
     table = _table(spark, warehouse, "unique_clusters_k_sweep")
-    assert table.columns == column_names(K_SWEEP)
+    assert table.columns == K_SWEEP.fieldNames()
     got = _rows(table, ["metric_date", "k"], RUN_COLUMNS | {"cluster_table_version"} | SEGMENT)
     expected = reference.k_sweep(source_rows, cluster_rows, max(KS), START, END)
     assert got == expected
@@ -177,7 +178,7 @@ def test_redundancy_cost_equals_the_reference(
     cluster_rows: list[tuple],
 ) -> None:
     table = _table(spark, warehouse, "redundancy_cost_daily")
-    assert table.columns == column_names(REDUNDANCY_COST)
+    assert table.columns == REDUNDANCY_COST.fieldNames()
     prices = {"tokens_per_slot", "usd_per_million_input_tokens"}
     got = _rows(
         table, ["metric_date", "k"], RUN_COLUMNS | {"cluster_table_version"} | SEGMENT | prices
@@ -315,13 +316,13 @@ def test_a_hash_collision_is_caught_and_the_day_computed_again_under_another_sal
     """The cluster keys of salt 0 are used at once and checked beside the main pass: with every
     cluster key forced onto one hash under salt 0, the check catches it before anything is
     written, and the day is computed again under salt 1, to the very rows of a normal run."""
-    real = pipeline.cluster_keys
+    real = keys_flow.cluster_keys
 
     def colliding(clusters_df: DataFrame, salt: int = 0) -> DataFrame:
         keys = real(clusters_df, salt)
         return keys.withColumn("cluster_hash", F.lit(7).cast("long")) if salt == 0 else keys
 
-    monkeypatch.setattr(pipeline, "cluster_keys", colliding)
+    monkeypatch.setattr(keys_flow, "cluster_keys", colliding)
     other = tmp_path / "wh"
     config = _write_config(tmp_path / "job.yaml", dataset, other)
     with caplog.at_level(logging.WARNING, logger="logmetrics"):
@@ -384,14 +385,14 @@ def test_a_chunk_that_fails_leaves_the_chunk_before_it_written_and_recorded(
     fails, the chunk before it is still written whole and its `published` ledger rows appended,
     as when chunks ran one after the other; the failed chunk's day has nothing."""
     second = START + dt.timedelta(days=1)
-    real = pipeline._Chunk.compute
+    real = chunk_flow.Chunk.compute
 
-    def failing(chunk: pipeline._Chunk, *args: Any) -> Any:
+    def failing(chunk: chunk_flow.Chunk, *args: Any) -> Any:
         if chunk.dates[0] == second:
             raise LogmetricsError("planted failure in the second chunk")
         return real(chunk, *args)
 
-    monkeypatch.setattr(pipeline._Chunk, "compute", failing)
+    monkeypatch.setattr(chunk_flow.Chunk, "compute", failing)
     other = tmp_path / "wh"
     config = _write_config(tmp_path / "job.yaml", dataset, other)
     assert _backfill(config, START, second, "backfill.days_per_chunk=1") != 0

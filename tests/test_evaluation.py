@@ -19,8 +19,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from logmetrics.cli import main
 from logmetrics.config import load_config
-from logmetrics.evaluation import (
-    ALL_QUERIES,
+from logmetrics.flows.evaluation import evaluation_summary, run_evaluation
+from logmetrics.rules.cluster_keys import cluster_keys
+from logmetrics.rules.evaluation import (
     compare_runs,
     evaluation_results,
     ks_df,
@@ -30,9 +31,8 @@ from logmetrics.evaluation import (
     with_judgments,
     with_list_positions,
 )
-from logmetrics.evaluation_pipeline import evaluation_summary, run_evaluation
-from logmetrics.metrics import cluster_keys
-from logmetrics.sinks import EVALUATION_RESULTS_TABLE, read_table
+from logmetrics.schemas import ALL_QUERIES
+from logmetrics.tables.catalog import EVALUATION_RESULTS_TABLE, read_table
 
 RUN_SCHEMA = (
     "run string, query_id string, rank long, chunk_id string, input_file string, input_row long"
@@ -608,7 +608,7 @@ def test_csv_and_parquet_inputs(spark: SparkSession, tmp_path: Path) -> None:
     """Text columns from csv are converted; a grade that is not an integer is named."""
     from logmetrics.config import JudgmentsInput, RunInput
     from logmetrics.errors import InputError
-    from logmetrics.sources import read_judgments, read_run
+    from logmetrics.tables.sources import read_judgments, read_run
 
     csv = tmp_path / "judgments.csv"
     csv.write_text("query_id,chunk_id,grade\nq1,a,2\nq1,b,\n", encoding="utf-8")

@@ -28,11 +28,11 @@ from pyspark.sql.types import DateType, StringType, StructField, StructType
 
 import reference
 from logmetrics.cli import main
-from logmetrics.metrics import requests_by_key
-from logmetrics.pipeline import keyed_clusters
 from logmetrics.quality.facts import day_facts, quarantined_rows
+from logmetrics.rules.per_request import requests_by_key
 from logmetrics.schemas import CLUSTERS, PARTITION_DATE, SERVED_LOGS
-from logmetrics.sources import filter_served_between
+from logmetrics.tables.sources import filter_served_between
+from spark_reference import keyed_clusters
 
 pytestmark = pytest.mark.slow
 

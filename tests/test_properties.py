@@ -11,17 +11,18 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 import reference
-from logmetrics.distributions import daily_distributions, daily_from_sums, with_segments
-from logmetrics.metrics import (
-    cluster_keys,
-    explode_windows,
-    filter_served_requests,
-    requests_by_key,
-    unique_clusters_by_request,
+from logmetrics.rules.cluster_keys import cluster_keys
+from logmetrics.rules.daily import (
+    daily_from_sums,
+    day_sums,
+    k_sweep,
+    redundancy_cost,
+    with_segments,
 )
+from logmetrics.rules.per_request import explode_windows, filter_served_requests, requests_by_key
 from logmetrics.schemas import CLUSTERS, SERVED_LOGS
-from logmetrics.slots import day_sums, k_sweep, redundancy_cost
-from logmetrics.sources import filter_served_between
+from logmetrics.tables.sources import filter_served_between
+from spark_reference import daily_distributions, unique_clusters_by_request
 
 pytestmark = pytest.mark.slow
 

@@ -29,7 +29,7 @@ from logmetrics.report import (
     render,
 )
 from logmetrics.schemas import ALERTS, DAILY, K_SWEEP, REDUNDANCY_COST
-from logmetrics.sinks import (
+from logmetrics.tables.catalog import (
     ALERTS_TABLE,
     DAILY_TABLE,
     K_SWEEP_TABLE,

@@ -19,7 +19,7 @@ from logmetrics.cli import main
 from logmetrics.config import OutputConfig, SparkConfig, load_config
 from logmetrics.errors import ConfigError, LogmetricsError
 from logmetrics.redaction import REDACTED, redact_url
-from logmetrics.sinks import (
+from logmetrics.tables.catalog import (
     DAILY_TABLE,
     DATA_QUALITY_TABLE,
     ensure_table,
@@ -29,7 +29,8 @@ from logmetrics.sinks import (
     sql_string,
     table_ref,
 )
-from logmetrics.sources import _latest_delta_version, delta_path_identifier
+from logmetrics.tables.delta_paths import delta_path_identifier
+from logmetrics.tables.sources import _latest_delta_version
 
 REPO = Path(__file__).resolve().parents[1]
 MINIMAL = """

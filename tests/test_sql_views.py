@@ -14,7 +14,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from logmetrics.config import OutputConfig
-from logmetrics.sinks import DAILY_TABLE, RunStamp, replace_dates, table_location, with_run_stamp
+from logmetrics.tables.catalog import (
+    DAILY_TABLE,
+    RunStamp,
+    replace_dates,
+    table_location,
+    with_run_stamp,
+)
 
 RUN_FIELDS = {"cluster_table_version", "run_id", "computed_at"}
 SQL = Path(__file__).resolve().parents[1] / "deploy" / "sql"

@@ -364,11 +364,11 @@ def _compute(
     started: tuple[float, float],
     skip_done: bool = False,
 ) -> int:
+    from logmetrics.flows.backfill import run_range
     from logmetrics.phases import Phases
-    from logmetrics.pipeline import run_range
     from logmetrics.quality.gx_suite import warm_up
     from logmetrics.session import get_spark
-    from logmetrics.sources import check_inputs_exist
+    from logmetrics.tables.sources import check_inputs_exist
 
     check_inputs_exist(config.inputs)
     computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -427,10 +427,10 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from logmetrics.evaluation import format_averages, format_comparison
-    from logmetrics.evaluation_pipeline import require_evaluation, run_evaluation
+    from logmetrics.flows.evaluation import require_evaluation, run_evaluation
+    from logmetrics.rules.evaluation import format_averages, format_comparison
     from logmetrics.session import get_spark
-    from logmetrics.sources import check_evaluation_inputs_exist, check_path_exists
+    from logmetrics.tables.sources import check_evaluation_inputs_exist, check_path_exists
 
     config = load_config(args.config, args.set)
     settings = require_evaluation(config)
@@ -461,7 +461,7 @@ def _cmd_maintain(args: argparse.Namespace) -> int:
         )
     config = load_config(args.config, args.set)
     from logmetrics.session import get_spark
-    from logmetrics.sinks import (
+    from logmetrics.tables.catalog import (
         OUTPUT_TABLES,
         Table,
         optimize,
@@ -494,7 +494,7 @@ def _cmd_maintain(args: argparse.Namespace) -> int:
 def _cmd_alerts(args: argparse.Namespace) -> int:
     _check_range(args.start, args.end)
     config = load_config(args.config, args.set)
-    from logmetrics.alerting import announce, publish_alerts
+    from logmetrics.flows.alerts import announce, publish_alerts
     from logmetrics.session import get_spark
 
     computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)

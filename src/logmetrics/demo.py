@@ -85,7 +85,7 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> in
     """Generate `days` of traffic (once): top-20 lists, a weekly season and one planted
     regression day in one segment; backfill it into the warehouse (which judges every day), print
     the daily table and the alerts, and write the report of the range under reports/demo."""
-    from logmetrics.pipeline import run_range
+    from logmetrics.flows.backfill import run_range
     from logmetrics.session import get_spark
 
     out = Path(config.inputs.logs().path).parent
@@ -136,7 +136,7 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> in
 
 def _print_daily(spark: SparkSession, config: Config, start: dt.date, end: dt.date) -> None:
     from logmetrics.schemas import ALL_TRAFFIC
-    from logmetrics.sinks import DAILY_TABLE, read_table, table_ref
+    from logmetrics.tables.catalog import DAILY_TABLE, read_table, table_ref
 
     k = 10 if 10 in config.metrics.ks else max(config.metrics.ks)
     location = table_ref(config.output, DAILY_TABLE)
@@ -185,9 +185,9 @@ def _print_alerts(
     planted: Sequence[PlantedChange],
 ) -> None:
     """The range's alerts and improvements, as the backfill found them, beside what was planted."""
-    from logmetrics.alerts import describe
+    from logmetrics.rules.alerts import describe
     from logmetrics.schemas import ALERT, IMPROVEMENT
-    from logmetrics.sinks import ALERTS_TABLE, read_table
+    from logmetrics.tables.catalog import ALERTS_TABLE, read_table
 
     for change in planted:
         print(

@@ -31,15 +31,16 @@ from pyspark.sql import functions as F
 
 from logmetrics.config import Config, OutputConfig
 from logmetrics.errors import ConfigError, LogmetricsError
-from logmetrics.evaluation import ALL_QUERIES
 from logmetrics.schemas import (
     ALERT,
+    ALL_QUERIES,
     ALL_TRAFFIC,
+    DAILY_COLUMNS,
     IMPROVEMENT,
     MEAN_STATISTIC,
     SHARE_STATISTIC,
 )
-from logmetrics.sinks import (
+from logmetrics.tables.catalog import (
     ALERTS_TABLE,
     DAILY_TABLE,
     EVALUATION_RESULTS_TABLE,
@@ -88,23 +89,6 @@ class ReportData:
 
 # --- reading (Spark) ------------------------------------------------------------------------
 
-_DAILY_COLUMNS = [
-    "metric_date",
-    "k",
-    "segment",
-    "segment_value",
-    "queries",
-    "histogram",
-    "median",
-    "p10",
-    "p90",
-    "threshold",
-    "share_at_or_below_threshold",
-    "mean",
-    "results",
-    "missing_cluster_results",
-    "missing_cluster_rate",
-]
 _ALERT_COLUMNS = ["metric_date", "segment", "segment_value", "k", "statistic", "status"]
 _ALERT_COLUMNS += ["value", "baseline_mean", "limit", "delta", "baseline_days", "queries"]
 _ALERT_COLUMNS += ["cluster_table_changed"]
@@ -143,7 +127,7 @@ def load_report_data(
         if start > end:
             raise ConfigError(f"--start {start} is after the last date in the table, {end}")
     assert start is not None and end is not None
-    daily = _in_range(daily_df, start, end, _DAILY_COLUMNS)
+    daily = _in_range(daily_df, start, end, DAILY_COLUMNS)
     if daily.empty:
         raise ReportError(f"{DAILY_TABLE.name} has no rows from {start} to {end}")
     k_sweep = _optional(spark, output, K_SWEEP_TABLE, start, end, _K_SWEEP_COLUMNS)

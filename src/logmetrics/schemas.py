@@ -261,6 +261,10 @@ REDUNDANCY_COST = StructType(
     ]
 )
 
+DAILY_COLUMNS = [f.name for f in DAILY.fields if f.name not in ("run_id", "computed_at")]
+"""The daily table's columns but the writing run's id and time: what the alert rule and the
+report read of it."""
+
 DATA_QUALITY = StructType(
     [
         _field("metric_date", DateType(), "The day checked.", False),
@@ -369,7 +373,6 @@ INSUFFICIENT_BASELINE = "insufficient_baseline"
 ALERT = "alert"
 IMPROVEMENT = "improvement"
 OK = "ok"
-ALERT_STATUSES = (TOO_FEW_QUERIES, INSUFFICIENT_BASELINE, ALERT, IMPROVEMENT, OK)
 
 ALERTS = StructType(
     [
@@ -431,8 +434,41 @@ ALERTS = StructType(
 )
 
 
-def column_names(schema: StructType) -> list[str]:
-    return [field.name for field in schema.fields]
+# --- Frames the job builds on the driver ---------------------------------------------------
+
+DAYS = StructType([StructField("metric_date", DateType(), False)])
+"""The days of a chunk: every day gets its facts, with or without rows."""
+
+CALENDAR = StructType(
+    [StructField("metric_date", DateType(), False), StructField("k", IntegerType(), False)]
+)
+"""Every (metric_date, k) whose all-traffic row a table must have."""
+
+DAY_STATUS = StructType(
+    [
+        StructField("metric_date", DateType(), False),
+        StructField("dq_passed", BooleanType(), False),
+        StructField("rows_read", LongType(), False),
+        StructField("duplicate_rows", LongType(), False),
+        StructField("quarantined_rows", LongType(), False),
+        StructField("quarantined_entries", LongType(), False),
+    ]
+)
+"""A published day's verdict and row counts, joined onto its daily rows."""
+
+
+def _driver_rows(schema: StructType, *run_columns: str) -> StructType:
+    """`schema` without the run's columns (the write stamps them), every field nullable: rows
+    built on the driver, which the write conforms to the table's schema."""
+    return StructType(
+        [StructField(f.name, f.dataType, True) for f in schema.fields if f.name not in run_columns]
+    )
+
+
+DATA_QUALITY_ROWS = _driver_rows(DATA_QUALITY, "run_id", "checked_at")
+"""A chunk's check results, as the run builds them."""
+QUARANTINE_ROWS = _driver_rows(QUARANTINE, "run_id", "quarantined_at")
+"""The quarantine rows of unreadable inputs, as the run builds them."""
 
 
 # Columns the readers add to the served logs, which the metric rules read.
@@ -442,3 +478,12 @@ served_at on a day, so that they can be quarantined and counted instead of vanis
 SERVED_AT_TEXT = "_served_at_text"
 """A text served_at as read, kept so that one that does not parse is quarantined as
 invalid_served_at."""
+
+# Columns the judged-evaluation readers add to a run's entries, which its rules read.
+INPUT_FILE = "input_file"
+INPUT_ROW = "input_row"
+"""Where an entry sits in its input (file path, then an id increasing with the row's position
+in that file): ties of rank are broken by it, so by line order within a TREC run file."""
+
+ALL_QUERIES = "ALL"
+"""`query_id` of the `evaluation_results` rows that average a run's evaluated queries."""

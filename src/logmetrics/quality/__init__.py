@@ -1,4 +1,5 @@
-"""Data-quality gates: great-expectations judges the per-day facts of a run."""
+"""Data-quality gates: the per-day facts of a run (`facts`), judged by one great-expectations
+suite (`gx_suite`), and the policy that says which days may be published (`policy`)."""
 
 from __future__ import annotations
 

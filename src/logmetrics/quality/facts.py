@@ -7,6 +7,9 @@ persisted per-request data, and one over the (already keyed) cluster table per r
 
 from __future__ import annotations
 
+import datetime as dt
+
+import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -49,12 +52,6 @@ def day_facts(requests_df: DataFrame, days_df: DataFrame) -> DataFrame:
 
 
 CLUSTER_FACT_COLUMNS = ("cluster_chunks", "cluster_duplicate_chunk_ids", "cluster_empty_ids")
-
-
-def cluster_facts(keys_df: DataFrame) -> DataFrame:
-    """One row: distinct chunk ids, chunk ids listed more than once, and cluster ids present but
-    empty or blank, from the per-chunk counts `metrics.cluster_keys` already made."""
-    return keys_df.agg(*cluster_fact_aggregates())
 
 
 def cluster_fact_aggregates() -> list[Column]:
@@ -120,3 +117,23 @@ def top_missing_chunks(requests_df: DataFrame, top_n: int) -> DataFrame:
         .where(F.col("rank") <= top_n)
         .select("metric_date", "rank", "chunk_id", "serves")
     )
+
+
+def trailing_queries_mean(
+    facts: pd.DataFrame, known: dict[dt.date, int], window: int
+) -> list[float | None]:
+    """Per day of `facts`, the mean queries of the `window` days before it (the volume gate's
+    input): published days from earlier runs (`known`), and the facts' own days."""
+    known = {
+        **known,
+        **dict(zip(facts["metric_date"], (int(q) for q in facts["queries"]), strict=True)),
+    }
+    means: list[float | None] = []
+    for day in facts["metric_date"]:
+        before = [
+            known[d]
+            for d in (day - dt.timedelta(days=i) for i in range(1, window + 1))
+            if d in known
+        ]
+        means.append(sum(before) / len(before) if before else None)
+    return means

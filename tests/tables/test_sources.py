@@ -16,7 +16,7 @@ from pyspark.testing import assertDataFrameEqual
 from logmetrics.config import ClustersInput, ServedLogsInput
 from logmetrics.errors import InputError
 from logmetrics.schemas import CLUSTERS, SERVED_LOGS
-from logmetrics.sources import read_clusters, read_served_logs
+from logmetrics.tables.sources import read_clusters, read_served_logs
 
 DAY = dt.date(2026, 2, 1)
 ROWS = [

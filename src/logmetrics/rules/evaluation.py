@@ -40,10 +40,9 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
-from logmetrics.metrics import singleton_key
-from logmetrics.sources import INPUT_FILE, INPUT_ROW
+from logmetrics.rules.cluster_keys import singleton_key
+from logmetrics.schemas import ALL_QUERIES, INPUT_FILE, INPUT_ROW
 
-ALL_QUERIES = "ALL"
 METRICS = ("recall", "ndcg", "unique_clusters", "cluster_recall")
 Gain = Literal["exponential", "linear"]
 
@@ -78,7 +77,7 @@ def with_list_positions(entries_df: DataFrame) -> DataFrame:
 
 
 def with_cluster_key(df: DataFrame, keys_df: DataFrame) -> DataFrame:
-    """`cluster_key` of each chunk, from `metrics.cluster_keys(clusters)`: a chunk absent from
+    """`cluster_key` of each chunk, from `cluster_keys.cluster_keys(clusters)`: a chunk absent from
     the cluster table is its own singleton, as in production."""
     keys = keys_df.select("chunk_id", F.col("cluster_key").alias("listed_key"))
     return df.join(keys, on="chunk_id", how="left").select(
@@ -248,7 +247,7 @@ def per_query_metrics(
     kind: Gain,
 ) -> DataFrame:
     """Run entries (run, query_id, rank, chunk_id, input_file, input_row) + judgments
-    (query_id, chunk_id, grade, unique per pair) + `metrics.cluster_keys(clusters)`
+    (query_id, chunk_id, grade, unique per pair) + `cluster_keys.cluster_keys(clusters)`
     -> (run, query_id, k, metric, value, queries), one row per evaluated query."""
     spark = runs_df.sparkSession
     k_values = ks_df(spark, ks)

@@ -1,6 +1,7 @@
-"""Wires `logmetrics evaluate`: read the runs, the judgments and the cluster table, compute every
-metric with `evaluation`, replace the evaluated runs' rows of `evaluation_results`, and compare
-two runs. No Spark logic of its own beyond a few small counts for the log.
+"""The evaluation flow, `logmetrics evaluate`: read the runs, the judgments and the cluster
+table, compute every metric with `rules.evaluation`, replace the evaluated runs' rows of
+`evaluation_results`, and compare two runs. No Spark logic of its own beyond a few small
+counts for the log.
 
 `evaluation_summary` and `evaluation_comparison` read the published table back as small pandas
 frames (for the printed table and for a report).
@@ -19,22 +20,17 @@ from pyspark.sql import functions as F
 
 from logmetrics.config import Config, EvaluationConfig, OutputConfig
 from logmetrics.errors import ConfigError, InputError
-from logmetrics.evaluation import (
-    ALL_QUERIES,
-    METRICS,
-    compare_runs,
-    evaluation_results,
-    per_query_metrics,
-)
-from logmetrics.metrics import cluster_keys
-from logmetrics.sinks import (
+from logmetrics.rules.cluster_keys import cluster_keys
+from logmetrics.rules.evaluation import METRICS, compare_runs, evaluation_results, per_query_metrics
+from logmetrics.schemas import ALL_QUERIES
+from logmetrics.tables.catalog import (
     EVALUATION_RESULTS_TABLE,
     RunStamp,
     read_table,
     replace_runs,
     with_run_stamp,
 )
-from logmetrics.sources import read_clusters, read_judgments, read_run
+from logmetrics.tables.sources import read_clusters, read_judgments, read_run
 
 log = logging.getLogger(__name__)
 

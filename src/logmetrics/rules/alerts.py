@@ -42,21 +42,6 @@ from logmetrics.schemas import (
     TOO_FEW_QUERIES,
 )
 
-DAILY_COLUMNS = [
-    "metric_date",
-    "k",
-    "segment",
-    "segment_value",
-    "queries",
-    "histogram",
-    "mean",
-    "threshold",
-    "share_at_or_below_threshold",
-    "dq_passed",
-    "cluster_table_version",
-]
-"""The `unique_clusters_daily` columns the rule reads."""
-
 ALERT_COLUMNS = [
     "metric_date",
     "k",
@@ -121,14 +106,15 @@ def alert_rows(
     """One row per (day of `days`, k, segment, segment_value, statistic) that `daily` has a
     row for on that day (k in `ks` when given), judged against the baseline `daily` holds.
 
-    `daily`: published `unique_clusters_daily` rows (at least `DAILY_COLUMNS`) of the judged
-    days and of the `settings.lookback_days()` days before them. Days are judged in date order;
-    a day's baseline comes from `daily` alone, so a backfill's later days use its earlier days.
+    `daily`: published `unique_clusters_daily` rows (`schemas.DAILY_COLUMNS`, or at least those
+    the rule reads) of the judged days and of the `settings.lookback_days()` days before them.
+    Days are judged in date order; a day's baseline comes from `daily` alone, so a backfill's
+    later days use its earlier days.
     Returns `ALERT_COLUMNS`, sorted by date, k, segment, segment value and statistic.
     """
     wanted = None if ks is None else set(ks)
     series: dict[tuple[Any, ...], dict[dt.date, _Day]] = {}
-    for row in daily[DAILY_COLUMNS].itertuples(index=False):
+    for row in daily.itertuples(index=False):
         if wanted is not None and int(row.k) not in wanted:
             continue
         key = (int(row.k), str(row.segment), str(row.segment_value))

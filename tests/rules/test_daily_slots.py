@@ -7,10 +7,11 @@ import datetime as dt
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from logmetrics.distributions import with_segments
-from logmetrics.metrics import cluster_keys, filter_served_requests, requests_by_key
+from logmetrics.rules.cluster_keys import cluster_keys
+from logmetrics.rules.daily import k_sweep, redundancy_cost, with_segments
+from logmetrics.rules.per_request import filter_served_requests, requests_by_key
 from logmetrics.schemas import CLUSTERS
-from logmetrics.slots import k_sweep, redundancy_cost, slot_sums
+from spark_reference import slot_sums
 
 DAY = dt.date(2026, 1, 5)
 NEXT_DAY = dt.date(2026, 1, 6)

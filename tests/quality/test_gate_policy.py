@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 import reference
 from logmetrics.cli import main
-from logmetrics.quality import CHECKS
+from logmetrics.quality.gx_suite import CHECKS
 from logmetrics.schemas import SERVED_LOGS
 
 pytestmark = pytest.mark.slow

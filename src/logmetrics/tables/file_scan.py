@@ -32,7 +32,8 @@ from pyspark.sql import functions as F
 
 from logmetrics.config import ServedLogsInput
 from logmetrics.errors import InputError
-from logmetrics.sources import (
+from logmetrics.tables.delta_paths import local_path
+from logmetrics.tables.sources import (
     CORRUPT_RECORD,
     JSON_LOGS,
     conform_served_logs,
@@ -42,7 +43,6 @@ from logmetrics.sources import (
     file_key,
     first_line,
     load_raw_served_logs,
-    local_path,
     widened,
 )
 

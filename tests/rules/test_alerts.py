@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference
-from logmetrics.alerts import ALERT_COLUMNS, alert_rows, baseline_dates, describe
 from logmetrics.config import AlertsConfig
+from logmetrics.rules.alerts import ALERT_COLUMNS, alert_rows, baseline_dates, describe
 
 DAY = dt.date(2026, 10, 29)  # a Thursday
 WEEK = dt.timedelta(weeks=1)

@@ -9,16 +9,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from logmetrics.metrics import (
-    chunk_hash,
-    cluster_keys,
-    explode_windows,
-    key_hash_collisions,
-    unique_clusters_by_request,
-    with_cluster_keys,
-)
-from logmetrics.quality.facts import cluster_facts
+from logmetrics.rules.cluster_keys import chunk_hash, cluster_keys
+from logmetrics.rules.per_request import explode_windows, with_cluster_keys
 from logmetrics.schemas import CLUSTERS, SERVED_LOGS
+from spark_reference import cluster_facts, key_hash_collisions, unique_clusters_by_request
 
 DAY = dt.date(2026, 1, 5)
 T0 = dt.datetime(2026, 1, 5, 10, 0, tzinfo=dt.UTC)

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from logmetrics.config import QualityConfig, QualitySeverity
-from logmetrics.quality import CHECKS, CheckResult, evaluate, gx_suite
+from logmetrics.quality import gx_suite
+from logmetrics.quality.gx_suite import CHECKS, CheckResult, evaluate
 
 DAY = dt.date(2024, 3, 1)
 COUNT_CHECKS = [

@@ -1,4 +1,5 @@
-"""The rules of the metric, as pure DataFrame -> DataFrame transforms and Column functions.
+"""The per-request metric: served-log rows to one row per request with unique_clusters@k for
+every k, as pure DataFrame -> DataFrame transforms and Column functions.
 
 Reading order (each step feeds the next, chained with `.transform`):
 
@@ -6,9 +7,9 @@ Reading order (each step feeds the next, chained with `.transform`):
     partition_by_request all copies of a request in one partition (the only shuffle of the logs)
     filter_first_copies  one copy of each redelivered request
     explode_entries      one row per (row, array position); empty lists and malformed rows keep one
-    with_cluster_keys    cluster key per entry (broadcast left join to `cluster_keys(clusters)`,
-                         or to `filter_served_keys` of them when the whole table is too large
-                         to broadcast: docs/cluster-scale.md)
+    with_cluster_keys    cluster key per entry (broadcast left join to `cluster_keys.cluster_keys`,
+                         or to `cluster_keys.filter_served_keys` of them when the whole table is
+                         too large to broadcast: docs/cluster-scale.md)
     to_requests          one row per (metric_date, request_id, is_malformed): its valid entries
                          in rank order, every k, and what was set aside
     filter_served_requests / explode_windows
@@ -20,10 +21,9 @@ logs are scanned once. The logs are shuffled as rows, before the explode, by a h
 request: the explode, the join and the group-by then run inside each partition, with no
 shuffle of the ten-times-larger entries.
 
-A cluster key is `c:<cluster_id>` for a clustered chunk and `s:<chunk_id>` for a singleton (a
-chunk present with only null cluster ids), so the two never collide. Entries carry its 64-bit
-hash (`cluster_hash`), checked collision-free over the whole table (`key_hash_collisions`);
-a chunk absent from the table carries its chunk_id instead (`missing_chunk`).
+Entries carry their cluster key's 64-bit hash (`cluster_hash`, `rules.cluster_keys`: checked
+collision-free over the whole table); a chunk absent from the table carries its chunk_id
+instead (`missing_chunk`).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
 
+from logmetrics.rules.cluster_keys import chunk_hash
 from logmetrics.schemas import NULL_SEGMENT_VALUE, PARTITION_DATE, SERVED_AT_TEXT
 
 REQUEST_KEY = ("request_key", "metric_date", "request_id", "is_malformed")
-SINGLETON_PREFIX = "s:"
 
 
 def with_row_status(logs_df: DataFrame) -> DataFrame:
@@ -153,93 +153,6 @@ def explode_entries(logs_df: DataFrame) -> DataFrame:
         F.col("entry.chunk_id").alias("chunk_id"),
         *([F.round("entry.tokens").cast("long").alias("tokens")] if has_tokens else []),
     )
-
-
-def cluster_keys(clusters_df: DataFrame, salt: int = 0) -> DataFrame:
-    """(chunk_id, cluster_key, chunk_hash, cluster_hash), chunk_id unique: a chunk listed more
-    than once takes its smallest non-null cluster_id; a chunk whose cluster ids are all null is
-    its own singleton. The two hashes are 64-bit (`salt` picks other hash functions should
-    `key_hash_collisions` ever find two chunks or two keys sharing one).
-
-    The same group-by also counts, per chunk, its rows (`listed`) and its empty or blank cluster
-    ids (`empty_ids`), so the quality gates read the cluster table no second time.
-    """
-    return (
-        clusters_df.where(F.col("chunk_id").isNotNull())
-        .groupBy("chunk_id")
-        .agg(
-            F.min("cluster_id").alias("cluster_id"),
-            F.count(F.lit(1)).alias("listed"),
-            F.count(F.when(F.trim(F.col("cluster_id")) == "", True)).alias("empty_ids"),
-        )
-        .select(
-            "chunk_id",
-            F.when(F.col("cluster_id").isNull(), singleton_key(F.col("chunk_id")))
-            .otherwise(F.concat(F.lit("c:"), F.col("cluster_id")))
-            .alias("cluster_key"),
-            "listed",
-            "empty_ids",
-        )
-        .select(
-            "chunk_id",
-            "cluster_key",
-            chunk_hash(F.col("chunk_id"), salt).alias("chunk_hash"),
-            F.xxhash64(F.lit(salt), "cluster_key").alias("cluster_hash"),
-            "listed",
-            "empty_ids",
-        )
-    )
-
-
-def chunk_hash(chunk_id: Column, salt: int) -> Column:
-    return F.xxhash64(F.lit(salt), chunk_id)
-
-
-def key_hash_collisions(keys_df: DataFrame) -> DataFrame:
-    """(hash, kind, values): the hashes shared by more than one chunk id or more than one
-    cluster key (empty when both hashes are exact over this table)."""
-    chunks = keys_df.groupBy(F.col("chunk_hash").alias("hash")).agg(
-        F.lit("chunk").alias("kind"), F.count(F.lit(1)).alias("values")
-    )
-    clusters = keys_df.groupBy(F.col("cluster_hash").alias("hash")).agg(
-        F.lit("cluster").alias("kind"), F.countDistinct("cluster_key").alias("values")
-    )
-    return chunks.unionByName(clusters).where(F.col("values") > 1)
-
-
-def key_hash_checks() -> list[Column]:
-    """Aggregates over `cluster_keys` rows: whether each hash is exact over the table (no two
-    chunk ids share a `chunk_hash`, no two cluster keys a `cluster_hash`). The same verdict as
-    an empty `key_hash_collisions`, in one aggregation that can ride along with others."""
-    return [
-        (F.countDistinct("chunk_hash") == F.count(F.lit(1))).alias("chunk_hashes_exact"),
-        (F.countDistinct("cluster_hash") == F.countDistinct("cluster_key")).alias(
-            "cluster_hashes_exact"
-        ),
-    ]
-
-
-def served_chunk_hashes(logs_df: DataFrame, salt: int = 0) -> DataFrame:
-    """(chunk_hash), distinct: the `chunk_hash` under `salt` of every chunk id in the rows'
-    results, whatever the row (malformed, a later copy): a superset of the hashes
-    `with_cluster_keys` looks up in these rows. Reads only the `results` column."""
-    return (
-        logs_df.select(F.explode("results").alias("entry"))
-        .select(chunk_hash(F.col("entry.chunk_id"), salt).alias("chunk_hash"))
-        .distinct()
-    )
-
-
-def filter_served_keys(keys_df: DataFrame, served_df: DataFrame) -> DataFrame:
-    """The `cluster_keys` rows whose chunk_hash is in `served_df` (`served_chunk_hashes` of
-    the logs, under the keys' salt). Every entry of those logs finds the same key here as in
-    the whole table, so `with_cluster_keys` attaches the same hashes; the set of served hashes
-    is broadcast into the semi-join, so the keys, however many, are not shuffled."""
-    return keys_df.join(F.broadcast(served_df), on="chunk_hash", how="left_semi")
-
-
-def singleton_key(chunk_id: Column) -> Column:
-    return F.concat(F.lit(SINGLETON_PREFIX), chunk_id)
 
 
 def with_cluster_keys(
@@ -414,7 +327,7 @@ def filter_served_requests(requests_df: DataFrame) -> DataFrame:
 
 def explode_windows(requests_df: DataFrame) -> DataFrame:
     """One row per (request, k): the grain of `unique_clusters_by_query` (with the segment
-    columns, when `distributions.with_segments` added them)."""
+    columns, when `daily.with_segments` added them)."""
     segments = [c for c in ("segment", "segment_value") if c in requests_df.columns]
     return requests_df.select(
         "metric_date",
@@ -425,10 +338,3 @@ def explode_windows(requests_df: DataFrame) -> DataFrame:
         "results",
         "missing_cluster_results",
     )
-
-
-def unique_clusters_by_request(
-    logs_df: DataFrame, keys_df: DataFrame, ks: Sequence[int]
-) -> DataFrame:
-    """Served-log rows + `cluster_keys(clusters)` -> one row per served request with every k."""
-    return requests_by_key(logs_df, keys_df, ks).transform(filter_served_requests)

@@ -1,4 +1,7 @@
-"""Delta writes: each run replaces exactly its dates, in one atomic commit per table.
+"""The table catalogue: every Delta table logmetrics writes (`OUTPUT_TABLES`), where it lives,
+its writes and reads, and its upkeep (OPTIMIZE, VACUUM).
+
+Each run replaces exactly its dates, in one atomic commit per table.
 
 A plain `mode("overwrite")` on a partitioned table would delete every other day; here every
 write carries a `replaceWhere` predicate on `metric_date`, so re-running a date is idempotent,
@@ -38,7 +41,7 @@ from logmetrics.schemas import (
     QUARANTINE,
     REDUNDANCY_COST,
 )
-from logmetrics.sources import delta_path_identifier, local_path, read_delta_path
+from logmetrics.tables.delta_paths import delta_path_identifier, local_path, read_delta_path
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -13,8 +13,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from logmetrics.metrics import cluster_keys, requests_by_key
-from logmetrics.pipeline import ChunkKeys, keys_for_chunk
+from logmetrics.flows.keys import ChunkKeys, keys_for_chunk
+from logmetrics.rules.cluster_keys import cluster_keys
+from logmetrics.rules.per_request import requests_by_key
 from logmetrics.schemas import CLUSTERS, SERVED_LOGS
 
 T0 = dt.datetime(2026, 1, 5, 10, 0, tzinfo=dt.UTC)

@@ -1,11 +1,13 @@
-"""Wires the alert rule (`alerts`) to the tables: the published daily rows of the days judged
-and of their baselines in (one Delta read, a few hundred rows a day, to the driver), the
-`unique_clusters_alerts` rows of those days out (one commit, replacing exactly those dates).
+"""The alerts flow: the alert rule (`rules.alerts`) wired to the tables. The published daily
+rows of the days judged and of their baselines come in (one Delta read, a few hundred rows a
+day, to the driver); the `unique_clusters_alerts` rows of those days go out (one commit,
+replacing exactly those dates).
 
 `logmetrics alerts` judges a range from the published table alone (`publish_alerts`);
 `run`/`backfill` judge each chunk's published days from the rows the run read once and the
-rows it computed (`pipeline`), and write them beside the chunk's other tables.
-An alert never fails the run that finds it: it is printed and logged (the day is real data).
+rows it computed (`flows.chunk`, with `flows.history`), and write them beside the chunk's
+other tables. An alert never fails the run that finds it: it is printed and logged (the day
+is real data).
 """
 
 from __future__ import annotations
@@ -21,11 +23,17 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from logmetrics.alerts import DAILY_COLUMNS, alert_rows, describe
 from logmetrics.config import Config
 from logmetrics.errors import InputError
-from logmetrics.schemas import ALERT, ALERTS, IMPROVEMENT
-from logmetrics.sinks import ALERTS_TABLE, DAILY_TABLE, read_table, replace_dates, table_ref
+from logmetrics.rules.alerts import alert_rows, describe
+from logmetrics.schemas import ALERT, ALERTS, DAILY_COLUMNS, IMPROVEMENT
+from logmetrics.tables.catalog import (
+    ALERTS_TABLE,
+    DAILY_TABLE,
+    read_table,
+    replace_dates,
+    table_ref,
+)
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from logmetrics import __version__
-from logmetrics.config import OutputConfig
+from logmetrics.config import Config, OutputConfig
 from logmetrics.schemas import JOB_RUNS
-from logmetrics.sinks import JOB_RUNS_TABLE, append, read_table
+from logmetrics.tables.catalog import JOB_RUNS_TABLE, RunStamp, append, read_table
 
 STARTED, PUBLISHED, HELD = "started", "published", "held"
 
@@ -54,31 +54,29 @@ def done_dates(
 
 def record(
     spark: SparkSession,
-    output: OutputConfig,
-    entries: Iterable[tuple[dt.date, str, dict[str, int] | None]],
-    run_id: str,
-    started_at: dt.datetime,
-    fingerprint: str,
-    cluster_table_version: int | None,
+    config: Config,
+    stamp: RunStamp,
     inputs: str,
+    entries: Iterable[tuple[dt.date, str, dict[str, int] | None]],
     finished_at: dt.datetime | None = None,
 ) -> None:
-    """Append one ledger row per (date, status, counts)."""
+    """Append one ledger row per (date, status, counts) of the run `stamp` names (`inputs`: the
+    inputs fingerprint; the config's fingerprint is recorded beside it)."""
     rows = [
         (
-            run_id,
+            stamp.run_id,
             day,
             status,
-            started_at,
+            stamp.computed_at,
             finished_at,
             (counts or {}).get("rows_read"),
             (counts or {}).get("queries"),
             (counts or {}).get("results"),
-            cluster_table_version,
+            stamp.cluster_table_version,
             inputs,
-            fingerprint,
+            config.fingerprint(),
             __version__,
         )
         for day, status, counts in entries
     ]
-    append(spark, spark.createDataFrame(rows, JOB_RUNS), output, JOB_RUNS_TABLE)
+    append(spark, spark.createDataFrame(rows, JOB_RUNS), config.output, JOB_RUNS_TABLE)

@@ -10,7 +10,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from logmetrics.distributions import QUANTILES, daily_distributions, histogram_quantile
+from logmetrics.rules.daily import QUANTILES, histogram_quantile
+from spark_reference import daily_distributions
 
 D1, D2 = dt.date(2026, 1, 5), dt.date(2026, 1, 6)
 BY_QUERY = (

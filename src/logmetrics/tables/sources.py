@@ -1,4 +1,5 @@
-"""Readers: the served logs (parquet / delta / json) and the cluster table (delta, version pinned).
+"""Readers: the served logs (parquet / delta / json), the cluster table (delta, version pinned),
+the judged-evaluation runs and judgments, and the inputs' state the ledger records.
 
 Each reader checks its input against the contract in `schemas.py`, converts types that convert
 losslessly, and turns the conditions a user can cause (missing path, missing column, a type
@@ -42,7 +43,17 @@ from logmetrics.config import (
     ServedLogsInput,
 )
 from logmetrics.errors import InputError
-from logmetrics.schemas import PARTITION_DATE, SERVED_AT_TEXT, SERVED_LOGS
+from logmetrics.schemas import (
+    CLUSTERS,
+    INPUT_FILE,
+    INPUT_ROW,
+    JUDGMENTS,
+    PARTITION_DATE,
+    RUN,
+    SERVED_AT_TEXT,
+    SERVED_LOGS,
+)
+from logmetrics.tables.delta_paths import absolute, delta_path_identifier, local_path
 
 _PARTITION_DIR = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\d{4}-\d{2}-\d{2})$")
 
@@ -265,13 +276,12 @@ def read_clusters(spark: SparkSession, source: ClustersInput) -> ClusterSnapshot
         fields = {field.name: field.dataType for field in df.schema.fields}
     except AnalysisException as exc:
         raise InputError(f"cannot read {what}: {first_line(exc)}") from None
-    for name in ("chunk_id", "cluster_id"):
+    for name in CLUSTERS.fieldNames():
         if name not in fields:
             found = ", ".join(sorted(fields)) or "none"
             raise InputError(f"{what}: required column {name!r} is missing (found: {found})")
     df = df.select(
-        _as_string(fields["chunk_id"], "chunk_id", what).alias("chunk_id"),
-        _as_string(fields["cluster_id"], "cluster_id", what).alias("cluster_id"),
+        *[_as_string(fields[name], name, what).alias(name) for name in CLUSTERS.fieldNames()]
     )
     return ClusterSnapshot(df=df, version=version)
 
@@ -316,42 +326,7 @@ def _latest_delta_version(spark: SparkSession, path: str) -> int:
     return int(latest[0])
 
 
-def delta_path_identifier(path: str) -> str:
-    """The SQL identifier of the Delta table at `path`: delta.`path`, a local relative path made
-    absolute (Delta's SQL takes no relative path, unlike its DataFrame reader)."""
-    path = absolute(path)
-    return "delta.`" + path.replace("`", "``") + "`"
-
-
-def absolute(path: str) -> str:
-    """A local relative path made absolute (against this process's working directory); other
-    paths as they are."""
-    local = local_path(path)
-    return os.path.abspath(local) if local is not None and not os.path.isabs(local) else path
-
-
-def read_delta_path(spark: SparkSession, path: str) -> DataFrame | None:
-    """The Delta table at `path`, or None when there is none (yet). Resolved here, so the
-    answer is the same locally and over Spark Connect (where reads are lazy)."""
-    try:
-        df = spark.read.format("delta").load(path)
-        df.schema  # noqa: B018 - resolves the path: no Delta table there is an AnalysisException
-    except AnalysisException as exc:
-        if _NOT_A_DELTA_TABLE.search(str(exc)):
-            return None
-        raise
-    return df
-
-
-_NOT_A_DELTA_TABLE = re.compile(r"DELTA_MISSING_DELTA_TABLE|PATH_NOT_FOUND|is not a Delta table")
-
-
 # --- judged evaluation: runs and judgments ---------------------------------------------------
-
-INPUT_FILE = "input_file"
-INPUT_ROW = "input_row"
-"""Where an entry sits in its input (file path, then an id increasing with the row's position
-in that file): ties of rank are broken by it, so by line order within a TREC run file."""
 
 
 def read_run(spark: SparkSession, name: str, source: RunInput) -> DataFrame:
@@ -371,9 +346,7 @@ def read_run(spark: SparkSession, name: str, source: RunInput) -> DataFrame:
         )
     else:
         fields = _read_table_input(spark, source.path, source.format, what)
-    return _conform_columns(
-        fields, what, strings=("query_id", "chunk_id"), integers={"rank": "long"}
-    ).select("query_id", "rank", "chunk_id", INPUT_FILE, INPUT_ROW)
+    return _conform_columns(fields, what, RUN).select(*RUN.fieldNames(), INPUT_FILE, INPUT_ROW)
 
 
 def read_judgments(spark: SparkSession, source: JudgmentsInput) -> DataFrame:
@@ -392,9 +365,7 @@ def read_judgments(spark: SparkSession, source: JudgmentsInput) -> DataFrame:
         )
     else:
         fields = _read_table_input(spark, source.path, source.format, what)
-    return _conform_columns(
-        fields, what, strings=("query_id", "chunk_id"), integers={"grade": "int"}
-    ).select("query_id", "chunk_id", "grade")
+    return _conform_columns(fields, what, JUDGMENTS).select(*JUDGMENTS.fieldNames())
 
 
 def _read_table_input(spark: SparkSession, path: str, fmt: str, what: str) -> DataFrame:
@@ -443,11 +414,15 @@ def _read_whitespace_columns(
     )
 
 
-def _conform_columns(
-    df: DataFrame, what: str, strings: tuple[str, ...], integers: dict[str, str]
-) -> DataFrame:
+def _conform_columns(df: DataFrame, what: str, contract: StructType) -> DataFrame:
     """Check the contract's columns are there; ids become text, numbers integers. Text that is
     not an integer (csv, TREC files) is an InputError naming the first such value."""
+    strings = [f.name for f in contract.fields if isinstance(f.dataType, StringType)]
+    integers = {
+        f.name: f.dataType.simpleString()
+        for f in contract.fields
+        if isinstance(f.dataType, IntegralType)
+    }
     fields = {field.name: field.dataType for field in df.schema.fields}
     for name in (*strings, *integers):
         if name not in fields:
@@ -593,13 +568,6 @@ def _partition_as_date(df: DataFrame, column: str) -> Column:
     if isinstance(data_type, IntegralType):
         return F.to_date(F.col(column).cast("string"), "yyyyMMdd")
     return F.to_date(F.col(column))
-
-
-def local_path(path: str) -> str | None:
-    """The filesystem path for a local location, None for a remote one (s3://, dbfs:/, ...)."""
-    if path.startswith("file:"):
-        return re.sub(r"^file:(//)?", "", path)
-    return None if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path) else path
 
 
 def _require_local_path(path: str, what: str) -> None:

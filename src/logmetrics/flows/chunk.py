@@ -1,0 +1,332 @@
+"""One chunk of days: computed from one read of its logs, checked, then written.
+
+    read -> one pass to per-request rows (persisted) -> facts -> quality gates
+         -> quarantine, data_quality, missing_cluster_chunks (every day)
+         -> the days that may be published: by query, daily distributions, k-sweep,
+            redundancy cost (all traffic and segments) and their alerts
+
+`Chunk.compute` runs the pass and builds every table's rows, nothing written; `Computed.write`
+commits them side by side and then appends the days' `published` / `held` ledger rows. The
+rules are in `rules` and `quality`; the tables in `tables`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, wait
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import pandas as pd
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from logmetrics.config import Config
+from logmetrics.flows import ledger
+from logmetrics.flows.alerts import alerts_frame, announce
+from logmetrics.flows.history import PublishedDaily
+from logmetrics.flows.keys import ChunkKeys, ClusterKeys, keys_for_chunk
+from logmetrics.flows.side_steps import SideSteps, wait_all
+from logmetrics.phases import Phases
+from logmetrics.quality.facts import (
+    day_facts,
+    quarantined_rows,
+    top_missing_chunks,
+    trailing_queries_mean,
+)
+from logmetrics.quality.gx_suite import CheckResult, evaluate
+from logmetrics.quality.policy import DayVerdict, verdicts
+from logmetrics.rules.alerts import alert_rows
+from logmetrics.rules.daily import (
+    daily_from_sums,
+    day_sums,
+    k_sweep,
+    redundancy_cost,
+    with_segments,
+)
+from logmetrics.rules.per_request import explode_windows, filter_served_requests, requests_by_key
+from logmetrics.schemas import (
+    CALENDAR,
+    DAILY_COLUMNS,
+    DATA_QUALITY_ROWS,
+    DAY_STATUS,
+    DAYS,
+    QUARANTINE_ROWS,
+)
+from logmetrics.tables.catalog import (
+    ALERTS_TABLE,
+    BY_QUERY_TABLE,
+    DAILY_TABLE,
+    DATA_QUALITY_TABLE,
+    K_SWEEP_TABLE,
+    MISSING_CLUSTER_CHUNKS_TABLE,
+    QUARANTINE_TABLE,
+    REDUNDANCY_COST_TABLE,
+    RunStamp,
+    Table,
+    replace_dates,
+    with_run_stamp,
+)
+from logmetrics.tables.file_scan import CorruptInput
+from logmetrics.tables.sources import read_served_logs
+
+
+@dataclass(frozen=True)
+class DayResult:
+    metric_date: dt.date
+    queries: int
+    published: bool
+    verdict: DayVerdict
+
+
+Write = tuple[DataFrame, Table]
+"""A table's rows for the chunk's days (or the published ones), and the table."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk of days: computed from one read of the logs, then checked and published."""
+
+    spark: SparkSession
+    config: Config
+    dates: list[dt.date]
+    stamp: RunStamp
+    inputs: str  # the inputs fingerprint, for the ledger
+    corrupt: list[CorruptInput]  # unreadable files and lines that may hold these days' rows
+    phases: Phases
+    side: SideSteps  # the run's side steps
+    started: Future[None]  # the run's `started` ledger rows
+    daily: PublishedDaily  # the published daily rows before and during the run
+
+    def compute(self, keys: ClusterKeys, table_fits: bool) -> Computed:
+        """The chunk's one pass over its logs, its gates and every table's rows, nothing written
+        yet (`Computed.write` does it). The per-request rows stay persisted until then.
+        `table_fits`: the whole cluster table is small enough to broadcast (`keys_for_chunk`)."""
+        logs_df = self._logs()
+        # Only a cluster table too large to broadcast whole costs this phase any time.
+        with nullcontext() if table_fits else self.phases.timed("served chunks"):
+            chunk_keys = keys_for_chunk(
+                keys.df, keys.salt, logs_df, table_fits, self.config.backfill.broadcast_max_chunks
+            )
+        requests_df = self._requests(logs_df, keys.salt, chunk_keys).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        try:
+            with self.phases.timed("main pass"):
+                facts = pd.DataFrame(day_facts(requests_df, self._days_df()).toPandas())
+            facts["corrupt_inputs"] = [
+                sum(day in c.days(self.dates) for c in self.corrupt) for day in facts["metric_date"]
+            ]
+            cluster = keys.facts()  # waits for the keys' check: exact, or computed again
+            with self.phases.timed("gates"):
+                known = self.daily.queries(min(self.config.metrics.ks))
+                checks = self._checks(facts, cluster, known)
+            day_verdicts = verdicts(self.dates, checks)
+            publish = [
+                v.metric_date
+                for v in day_verdicts
+                if v.passed or self.config.quality.on_failure == "warn"
+            ]
+            tables = [(df, t, self.dates) for df, t in self._diagnostics(requests_df, checks)]
+            alerts = pd.DataFrame()
+            if publish:
+                published, alerts = self._published(requests_df, facts, day_verdicts, publish)
+                tables += [(df, t, publish) for df, t in published]
+        except BaseException:
+            requests_df.unpersist()
+            chunk_keys.unpersist()
+            raise
+        return Computed(self, requests_df, chunk_keys, tables, publish, alerts, facts, day_verdicts)
+
+    def _logs(self) -> DataFrame:
+        """The chunk's served-log rows (lazily: each pass over them reads what it needs)."""
+        return read_served_logs(
+            self.spark,
+            self.config.inputs.logs(),
+            self.dates[0],
+            self.dates[-1],
+            self.config.metrics.segment_by,
+            skip_files=[c.file for c in self.corrupt if c.line is None],
+        )
+
+    def _requests(self, logs_df: DataFrame, salt: int, keys: ChunkKeys) -> DataFrame:
+        """The chunk's logs, one row per (metric_date, request_id, is_malformed): the one pass."""
+        metrics = self.config.metrics
+        return requests_by_key(
+            logs_df, keys.df, metrics.ks, salt, keys.broadcast, metrics.segment_by
+        )
+
+    def _checks(
+        self, facts: pd.DataFrame, cluster: dict[str, int], known: dict[dt.date, int]
+    ) -> list[CheckResult]:
+        if not self.config.quality.enabled:
+            return []
+        judged = facts.assign(
+            **{name: count for name, count in cluster.items() if name != "cluster_chunks"}
+        )
+        judged["trailing_queries_mean"] = trailing_queries_mean(
+            facts, known, self.config.quality.volume_window_days
+        )
+        return evaluate(judged, self.config.quality)
+
+    def _diagnostics(self, requests_df: DataFrame, checks: list[CheckResult]) -> list[Write]:
+        """quarantine, missing_cluster_chunks and data_quality: written for every day, pass or
+        fail, so that no row vanishes without a trace and every verdict is on record."""
+        quarantine_df = quarantined_rows(requests_df).unionByName(self._corrupt_rows())
+        missing_df = top_missing_chunks(requests_df, self.config.quality.missing_chunks_top_n)
+        writes = [(quarantine_df, QUARANTINE_TABLE), (missing_df, MISSING_CLUSTER_CHUNKS_TABLE)]
+        if self.config.quality.enabled:
+            checks_df = self.spark.createDataFrame(
+                [
+                    (c.metric_date, c.check, c.success, c.observed_value, c.threshold)
+                    + (c.severity, c.details)
+                    for c in checks
+                ],
+                DATA_QUALITY_ROWS,
+            )
+            writes.append((checks_df, DATA_QUALITY_TABLE))
+        return writes
+
+    def _published(
+        self,
+        requests_df: DataFrame,
+        facts: pd.DataFrame,
+        day_verdicts: Sequence[DayVerdict],
+        publish: list[dt.date],
+    ) -> tuple[list[Write], pd.DataFrame]:
+        """The `publish` days of unique_clusters_by_query, and of unique_clusters_daily,
+        unique_clusters_k_sweep and redundancy_cost_daily, which all come from one aggregation
+        of the requests (`day_sums`: a few hundred rows, brought to the driver); and of
+        unique_clusters_alerts, those daily rows judged against the published ones before them
+        (returned too, to be announced once written)."""
+        metrics, cost = self.config.metrics, self.config.cost
+        served_df = requests_df.transform(filter_served_requests).where(
+            F.col("metric_date").isin(publish)
+        )
+        segmented_df = served_df.transform(with_segments, metrics.segment_by)
+        with self.phases.timed("daily sums"):
+            sums_df = self._local(day_sums(segmented_df, metrics.ks, cost.tokens_per_slot))
+        daily_df = self._local(
+            daily_from_sums(sums_df, self._calendar(publish, metrics.ks), metrics.threshold).join(
+                self._day_status(facts, day_verdicts), on="metric_date", how="inner"
+            )
+        )
+        every_k = self._calendar(publish, range(1, max(metrics.ks) + 1))
+        cost_df = redundancy_cost(
+            sums_df, every_k, cost.tokens_per_slot, cost.usd_per_million_input_tokens
+        )
+        with self.phases.timed("alerts"):
+            alerts = self._alerts(daily_df, publish)
+        stamp = self.stamp
+        return [
+            (served_df.transform(explode_windows), BY_QUERY_TABLE),
+            (daily_df, DAILY_TABLE),
+            (k_sweep(sums_df, every_k), K_SWEEP_TABLE),
+            (cost_df, REDUNDANCY_COST_TABLE),
+            (alerts_frame(self.spark, alerts, stamp.run_id, stamp.computed_at), ALERTS_TABLE),
+        ], alerts
+
+    def _alerts(self, daily_df: DataFrame, publish: list[dt.date]) -> pd.DataFrame:
+        """The published days judged in date order (`alerts.alert_rows`), against the published
+        rows the run read once and the days it has published since (these included)."""
+        ours = daily_df.select(*[c for c in DAILY_COLUMNS if c != "cluster_table_version"])
+        rows = pd.DataFrame(ours.toPandas()).assign(
+            cluster_table_version=self.stamp.cluster_table_version
+        )
+        self.daily.add(rows)
+        return alert_rows(self.daily.rows(), publish, self.config.alerts, self.config.metrics.ks)
+
+    def _local(self, df: DataFrame) -> DataFrame:
+        """A small result collected once (as Arrow) and handed back as a local relation: what
+        is derived from it plans and runs on the driver's copy, not on the cached requests."""
+        return self.spark.createDataFrame(df.toArrow())
+
+    def _write(self, df: DataFrame, table: Table, dates: list[dt.date]) -> None:
+        replace_dates(self.spark, with_run_stamp(df, self.stamp), self.config.output, table, dates)
+
+    def _corrupt_rows(self) -> DataFrame:
+        """The quarantine's rows for the unreadable inputs: one per input and day it may hold."""
+        rows = [(d, c.reason, None, c.raw()) for c in self.corrupt for d in c.days(self.dates)]
+        return self.spark.createDataFrame(rows, QUARANTINE_ROWS)
+
+    def _days_df(self) -> DataFrame:
+        return self.spark.createDataFrame([(d,) for d in self.dates], DAYS)
+
+    def _calendar(self, dates: list[dt.date], ks: Iterable[int]) -> DataFrame:
+        """Every (metric_date, k): the all-traffic rows a table must have."""
+        return self.spark.createDataFrame([(d, k) for d in dates for k in ks], CALENDAR)
+
+    def _day_status(self, facts: pd.DataFrame, day_verdicts: Sequence[DayVerdict]) -> DataFrame:
+        passed = {v.metric_date: v.passed for v in day_verdicts}
+        rows = [
+            (
+                r.metric_date,
+                passed[r.metric_date],
+                int(r.rows_read),
+                int(r.duplicate_rows),
+                int(r.malformed_rows),
+                int(r.quarantined_entries),
+            )
+            for r in facts.itertuples()
+        ]
+        return self.spark.createDataFrame(rows, DAY_STATUS)
+
+
+@dataclass(frozen=True)
+class Computed:
+    """A chunk computed by `Chunk.compute`: its tables' rows, not yet written."""
+
+    chunk: Chunk
+    requests_df: DataFrame  # persisted: every table's rows are read from it
+    chunk_keys: ChunkKeys  # the keys its entries were joined to
+    tables: list[tuple[DataFrame, Table, list[dt.date]]]
+    publish: list[dt.date]  # the days whose blocking gates passed (or on_failure: warn)
+    alerts: pd.DataFrame
+    facts: pd.DataFrame
+    day_verdicts: Sequence[DayVerdict]
+
+    def write(self) -> list[DayResult]:
+        """Every table's commit runs side by side with the others; the `published` ledger rows
+        are appended once all of them (and the run's `started` rows) have committed."""
+        chunk = self.chunk
+        writes: list[Future[None]] = []
+        try:
+            writes += [
+                chunk.side.submit(f"write {table.name}", chunk._write, df, table, dates)
+                for df, table, dates in self.tables
+            ]
+            wait_all([*writes, chunk.started])
+        finally:
+            wait(writes)  # no write still reads the cached requests
+            self.requests_df.unpersist()
+            self.chunk_keys.unpersist()
+        if self.publish:
+            announce(self.alerts)
+        counts = {
+            r.metric_date: {
+                "rows_read": int(r.rows_read),
+                "queries": int(r.queries),
+                "results": int(r.valid_entries),
+            }
+            for r in self.facts.itertuples()
+        }
+        with chunk.phases.timed("ledger published"):
+            ledger.record(
+                chunk.spark,
+                chunk.config,
+                chunk.stamp,
+                chunk.inputs,
+                [
+                    (d, ledger.PUBLISHED if d in self.publish else ledger.HELD, counts[d])
+                    for d in chunk.dates
+                ],
+                finished_at=dt.datetime.now(dt.UTC),
+            )
+        return [
+            DayResult(
+                v.metric_date, counts[v.metric_date]["queries"], v.metric_date in self.publish, v
+            )
+            for v in self.day_verdicts
+        ]
