@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from logmetrics.config import SparkConfig
-from logmetrics.session import local_conf
+from logmetrics.session import local_conf, resolve_lock
 
 # Measured on a 2-core machine: one shuffle partition makes the suite about 2.4x faster than
 # Spark's defaults. The session lives for a whole xdist worker (minutes), long enough for the
@@ -95,6 +95,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     builder = SparkSession.builder.appName("logmetrics-tests")
     for key, value in {**local_conf(settings), "spark.sql.warehouse.dir": str(warehouse)}.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with resolve_lock():  # the other xdist worker may be resolving the jars too
+        session = builder.getOrCreate()
     yield session
     session.stop()

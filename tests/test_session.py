@@ -181,3 +181,20 @@ def test_comet_where_it_cannot_load_means_plain_spark_with_a_warning(
 )
 def test_memory_sizes_in_mebibytes(size: str, mib: int) -> None:
     assert session._mebibytes(size) == mib
+
+
+def test_a_second_process_waits_for_the_resolve_lock() -> None:
+    """While one process starts its JVM (and may be resolving jars into Ivy's cache), another
+    cannot take the lock: two resolves into one empty cache break each other's downloads."""
+    probe = (
+        "import fcntl, sys\n"
+        f"lock = open({str(session.IVY_HOME / '.logmetrics-resolve.lock')!r}, 'w')\n"
+        "try:\n"
+        "    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "except BlockingIOError:\n"
+        "    sys.exit(7)\n"
+    )
+    with session.resolve_lock():
+        held = subprocess.run([sys.executable, "-c", probe], check=False)
+    free = subprocess.run([sys.executable, "-c", probe], check=False)
+    assert (held.returncode, free.returncode) == (7, 0)

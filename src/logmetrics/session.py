@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import socket
@@ -256,7 +257,7 @@ def get_spark(
     comet = comet_or_warn(settings)
     packages = f"{DELTA_PACKAGE} and {COMET_PACKAGE}" if comet else DELTA_PACKAGE
     log.info("starting local Spark (%s) with %s", redact_url(settings.master), packages)
-    with _jvm_output_to(settings.log_dir) as log_file:
+    with _jvm_output_to(settings.log_dir) as log_file, resolve_lock():
         try:
             spark = builder.getOrCreate()
         except PySparkRuntimeError as exc:
@@ -266,6 +267,25 @@ def get_spark(
     if comet:
         check_comet_loaded(spark)
     return spark
+
+
+IVY_HOME = Path.home() / ".ivy2.5.2"
+"""Spark's default Ivy home (its `spark.jars.ivy`), where the resolved jars are cached."""
+
+
+@contextlib.contextmanager
+def resolve_lock() -> Iterator[None]:
+    """Hold an exclusive lock on Ivy's cache while a local JVM starts: two processes resolving
+    `spark.jars.packages` into an empty cache at once each delete the other's half-downloaded
+    jars (seen with two test workers on a fresh machine), and the JVM of both fails to start.
+    Once the cache is warm the resolve takes about a second, so the wait is short."""
+    IVY_HOME.mkdir(parents=True, exist_ok=True)
+    with open(IVY_HOME / ".logmetrics-resolve.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def check_comet_loaded(spark: SparkSession) -> bool:
