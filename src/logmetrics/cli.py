@@ -1,7 +1,9 @@
 """Command line: argument parsing, logging, exit codes. The only place that knows "yesterday".
 
-    logmetrics run      --config FILE [--date YYYY-MM-DD]        one day (default: yesterday, UTC)
+    logmetrics run      --config FILE [--date YYYY-MM-DD]        one day (default: yesterday, UTC),
+                                                   and restate the nightly.lookback_days before it
     logmetrics backfill --config FILE --start D1 --end D2        an inclusive range, in chunks
+    logmetrics ready    --config FILE [--date YYYY-MM-DD]        have the day's logs all landed?
     logmetrics generate --out DIR --start D --days N --queries-per-day Q --seed S
     logmetrics report   --config FILE [--start D1 --end D2] --out DIR   PNGs + index.html
     logmetrics demo                                              generate, backfill, print, report
@@ -11,7 +13,8 @@
                                                    re-judge published days against their baselines
 
 Exit status: 0 success, 1 bad input or a failed run, 2 bad config or command line, 3 a day
-failed a blocking data-quality check, 4 `alerts --fail-on-alert` found an alert in its range.
+failed a blocking data-quality check, 4 `alerts --fail-on-alert` found an alert in its range,
+5 a day's input is not ready (its `inputs.served_logs.ready_marker` is missing).
 """
 
 from __future__ import annotations
@@ -24,13 +27,23 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from logmetrics.config import Config, load_config
-from logmetrics.errors import AlertsFired, ConfigError, LogmetricsError, QualityGateFailed
+from logmetrics.errors import (
+    AlertsFired,
+    ConfigError,
+    InputNotReady,
+    LogmetricsError,
+    QualityGateFailed,
+    failure_line,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("logmetrics")
 
@@ -59,29 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pyspark.errors import PySparkException
 
         if isinstance(exc, PySparkException | Py4JJavaError):
-            print(f"logmetrics: error: Spark failed: {_spark_failure(exc)}", file=sys.stderr)
+            print(f"logmetrics: error: Spark failed: {failure_line(exc)}", file=sys.stderr)
             log.debug("Spark failure", exc_info=True)
             return 1
         raise
-
-
-def _spark_failure(exc: Exception) -> str:
-    """One line for a failure inside Spark: its message's first line, and for a file that
-    could not be read (a damaged file on remote storage, which the scan does not read ahead),
-    the underlying cause, which says what is wrong with it."""
-    java = getattr(exc, "java_exception", None)
-    if java is None:
-        return _first_line(str(exc)) or type(exc).__name__
-    first = _first_line(str(java.getMessage()))
-    cause = java.getCause()
-    if "FAILED_READ_FILE" in first and cause is not None:
-        first = f"{first} ({_first_line(str(cause.getMessage()))})"
-    return first
-
-
-def _first_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[0].strip() if lines else ""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -102,13 +96,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--date", type=_date, help="UTC date to compute (default: yesterday, UTC)")
     run.set_defaults(handler=_cmd_run)
 
+    ready = commands.add_parser(
+        "ready", help="whether a day's logs have all landed (exit 0, or 5 when not)"
+    )
+    _config_arguments(ready)
+    ready.add_argument("--date", type=_date, help="UTC date to ask about (default: yesterday)")
+    ready.set_defaults(handler=_cmd_ready)
+
     backfill = commands.add_parser("backfill", help="compute an inclusive range of days")
     _config_arguments(backfill)
     _range_arguments(backfill)
     backfill.add_argument(
         "--force",
         action="store_true",
-        help="recompute days the run ledger has as done with the same inputs and config",
+        help="recompute days the run ledger has as computed from the same inputs and config",
     )
     backfill.set_defaults(handler=_cmd_backfill)
 
@@ -342,47 +343,108 @@ def _setup_logging(level: str, log_format: str, run_id: str) -> None:
 # --- commands -----------------------------------------------------------------------------
 
 
+def _yesterday() -> dt.date:
+    return dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
-    day = args.date or (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1))
+    day = args.date or _yesterday()
     config = load_config(args.config, args.set)
-    return _compute(config, day, day, args.run_id, args.started)
+    lookback = [day - dt.timedelta(days=i) for i in range(config.nightly.lookback_days, 0, -1)]
+    start = lookback[0] if lookback else day
+    return _compute(config, start, day, args, always={day}, seen_only=lookback, required={day})
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
     _check_range(args.start, args.end)
     config = load_config(args.config, args.set)
-    return _compute(
-        config, args.start, args.end, args.run_id, args.started, skip_done=not args.force
-    )
+    days = _days(args.start, args.end)
+    return _compute(config, args.start, args.end, args, always=set(days) if args.force else ())
+
+
+def _cmd_ready(args: argparse.Namespace) -> int:
+    day = args.date or _yesterday()
+    config = load_config(args.config, args.set)
+    missing = _not_ready(config, [day])
+    if missing:
+        raise InputNotReady(_not_ready_line(missing, "its logs have not all landed"))
+    print(f"{day}: ready")
+    return 0
+
+
+def _not_ready(
+    config: Config, days: list[dt.date], spark: SparkSession | None = None
+) -> dict[dt.date, str]:
+    """The days whose ready marker is missing; a remote path starts (or uses) Spark to look."""
+    from logmetrics.tables.sources import missing_ready_markers, needs_spark_for_readiness
+
+    source = config.inputs.logs()
+    if spark is None and needs_spark_for_readiness(source):
+        from logmetrics.session import get_spark
+
+        spark = get_spark(config.spark)
+    return missing_ready_markers(source, days, spark)
+
+
+def _not_ready_line(missing: dict[dt.date, str], what_happened: str) -> str:
+    days = sorted(missing)
+    more = f" (and {len(days) - 1} more day(s) like it)" if len(days) > 1 else ""
+    listed = ", ".join(map(str, days))
+    return f"input not ready: {listed}: no {missing[days[0]]}{more}; {what_happened}"
+
+
+def _days(start: dt.date, end: dt.date) -> list[dt.date]:
+    return [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
 
 
 def _compute(
     config: Config,
     start: dt.date,
     end: dt.date,
-    run_id: str,
-    started: tuple[float, float],
-    skip_done: bool = False,
+    args: argparse.Namespace,
+    always: Collection[dt.date] = (),
+    seen_only: Collection[dt.date] = (),
+    required: Collection[dt.date] = (),
 ) -> int:
+    """Compute start..end as `run_range` decides (`always`, `seen_only`: its arguments). Days
+    whose logs are not ready are left alone: a `required` one (`run`'s date) stops the run
+    before anything is computed (exit 5); days looked back on (`seen_only`) are skipped; a
+    backfill computes the ready days, then exits 5 naming the others."""
     from logmetrics.flows.backfill import run_range
     from logmetrics.phases import Phases
     from logmetrics.quality.gx_suite import warm_up
     from logmetrics.session import get_spark
-    from logmetrics.tables.sources import check_inputs_exist
+    from logmetrics.tables.sources import check_inputs_exist, needs_spark_for_readiness
 
     check_inputs_exist(config.inputs)
+    days = _days(start, end)
+    remote = needs_spark_for_readiness(config.inputs.logs())
+    not_ready = {} if remote else _not_ready(config, days)
     computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
     warm_up(config.quality)  # great-expectations loads while Spark starts
+    _stop_if_not_ready(not_ready, required, seen_only)
     spark = get_spark(config.spark, days=(end - start).days + 1)
+    if remote:
+        not_ready = _not_ready(config, days, spark)
+        _stop_if_not_ready(not_ready, required, seen_only)
     phases = Phases()
-    phases.add("start-up", started[0], time.perf_counter() - started[1])
+    phases.add("start-up", args.started[0], time.perf_counter() - args.started[1])
     summary = run_range(
-        spark, config, start, end, run_id, computed_at, skip_done=skip_done, phases=phases
+        spark,
+        config,
+        start,
+        end,
+        args.run_id,
+        computed_at,
+        always=always,
+        seen_only=seen_only,
+        not_ready=set(not_ready),
+        phases=phases,
     )
     log.info("where the time went: %s", phases.describe(), extra={"fields": phases.fields()})
     log.info(
         "run %s done: %d day(s), %d queries, cluster table version %s",
-        run_id,
+        args.run_id,
         len(summary.days),
         summary.queries,
         summary.cluster_table_version,
@@ -393,7 +455,22 @@ def _compute(
         raise QualityGateFailed(f"{len(failures)} day(s) failed a blocking quality check\n{held}")
     for line in failures:
         log.warning("quality check failed (published with dq_passed = false): %s", line)
+    not_ready = {d: p for d, p in not_ready.items() if d not in seen_only}
+    if not_ready:
+        raise InputNotReady(_not_ready_line(not_ready, "the other days were computed"))
     return 0
+
+
+def _stop_if_not_ready(
+    not_ready: dict[dt.date, str], required: Collection[dt.date], seen_only: Collection[dt.date]
+) -> None:
+    """A required day not ready: exit 5 before anything is computed. Days looked back on that
+    are not ready are only left alone (a day with a marker is computed once it has one)."""
+    stopping = {d: p for d, p in not_ready.items() if d in required}
+    if stopping:
+        raise InputNotReady(_not_ready_line(stopping, "nothing was computed"))
+    for day in sorted(d for d in not_ready if d in seen_only):
+        log.warning("%s: no %s, not looked back on", day, not_ready[day])
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -75,6 +75,23 @@ class ServedLogsInput(_Section):
         ),
     )
 
+    ready_marker: Text | None = Field(
+        default=None,
+        description=(
+            "A file name (e.g. `_SUCCESS`) whose presence in a day's date-partition directory "
+            "says the day's logs have all landed: `run` exits 5 for a day without it, "
+            "`backfill` computes only the days that have it, `logmetrics ready` asks alone. "
+            "Null: no marker is expected. Needs a date-partitioned layout."
+        ),
+    )
+
+    @field_validator("ready_marker")
+    @classmethod
+    def _file_name(cls, value: str | None) -> str | None:
+        if value is not None and (not value or "/" in value or value in {".", ".."}):
+            raise ValueError(f"must be a file name, without '/', got {value!r}")
+        return value
+
     @field_validator("date_partition")
     @classmethod
     def _column_name(cls, value: str) -> str:
@@ -199,6 +216,17 @@ class CostConfig(_Section):
     )
     usd_per_million_input_tokens: float = Field(
         default=3.0, ge=0, description="Input-token price of the model the results are sent to."
+    )
+
+
+class NightlyConfig(_Section):
+    lookback_days: StrictInt = Field(
+        default=3,
+        ge=0,
+        le=366,
+        description="Days before its date that `logmetrics run` checks and restates, in the "
+        "same run, when their logs, the cluster table or the config changed since they were "
+        "computed (late rows); 0 turns it off.",
     )
 
 
@@ -501,6 +529,7 @@ class Config(_Section):
     metrics: MetricsConfig = MetricsConfig()
     cost: CostConfig = CostConfig()
     backfill: BackfillConfig = BackfillConfig()
+    nightly: NightlyConfig = NightlyConfig()
     quality: QualityConfig = QualityConfig()
     spark: SparkConfig = SparkConfig()
     alerts: AlertsConfig = AlertsConfig()
@@ -512,6 +541,8 @@ class Config(_Section):
         Spark runs)."""
         sections = {"inputs", "metrics", "cost", "quality", "alerts"}
         relevant = self.model_dump(include=sections, mode="json")
+        if relevant["inputs"].get("served_logs"):  # when a day is ready, not what it holds
+            del relevant["inputs"]["served_logs"]["ready_marker"]
         blob = json.dumps(relevant, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -313,7 +313,8 @@ JOB_RUNS = StructType(
         _field(
             "status",
             StringType(),
-            "started, published, or held (a blocking quality check failed; not published).",
+            "started, published, held (a blocking quality check failed; not published) or "
+            "failed (the run stopped with an error before the day was written).",
             False,
         ),
         _field("started_at", TimestampType(), "When the run started (UTC).", False),
@@ -325,11 +326,29 @@ JOB_RUNS = StructType(
         _field(
             "inputs_fingerprint",
             StringType(),
-            "Hash of the inputs' state (Delta versions, or file listings).",
+            "Hash of the day's inputs: its log files and the cluster table's state.",
             False,
         ),
         _field("config_fingerprint", StringType(), "Hash of the config behind the numbers.", False),
         _field("code_version", StringType(), "logmetrics version that computed the day.", False),
+        _field(
+            "reason",
+            StringType(),
+            "Why the run computed the day: new, inputs_changed, clusters_changed, "
+            "config_changed or forced (null in rows written before logmetrics recorded it).",
+        ),
+        _field(
+            "logs_fingerprint",
+            StringType(),
+            "Hash of the log files holding the day's rows (path, size, modification time).",
+        ),
+        _field("input_files", LongType(), "Log files holding the day's rows."),
+        _field(
+            "clusters_fingerprint",
+            StringType(),
+            "The cluster table's state: its Delta version (v<n>), or a hash of its file listing.",
+        ),
+        _field("error", StringType(), "On `failed`: the error's one line."),
     ]
 )
 

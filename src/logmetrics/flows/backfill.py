@@ -12,23 +12,24 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
 from logmetrics.config import Config
-from logmetrics.errors import InputError
+from logmetrics.errors import InputError, failure_line
 from logmetrics.flows import ledger
 from logmetrics.flows.chunk import Chunk, Computed, DayResult
 from logmetrics.flows.history import PublishedDaily, published_before
+from logmetrics.flows.inputs import DayInputs, day_inputs
 from logmetrics.flows.keys import HashCollision, start_cluster_keys
 from logmetrics.flows.side_steps import SideSteps
 from logmetrics.phases import Phases
 from logmetrics.quality.policy import describe
 from logmetrics.tables.catalog import RunStamp
 from logmetrics.tables.file_scan import CorruptInput, scan_served_logs, undated_rows
-from logmetrics.tables.sources import inputs_fingerprint, read_clusters
+from logmetrics.tables.sources import ClusterSnapshot, clusters_state, read_clusters
 
 log = logging.getLogger(__name__)
 
@@ -72,25 +73,42 @@ def run_range(
     end: dt.date,
     run_id: str,
     computed_at: dt.datetime,
-    skip_done: bool = False,
+    *,
+    always: Collection[dt.date] = (),
+    seen_only: Collection[dt.date] = (),
+    not_ready: Collection[dt.date] = (),
     phases: Phases | None = None,
 ) -> RunSummary:
-    """Compute every date in start..end and publish the ones the failure policy allows; other
-    dates are never touched. With `skip_done`, days the ledger has as published with the same
-    inputs and config are skipped (a resumed backfill). `phases` records where the time goes."""
+    """Compute the days of start..end whose inputs, cluster table or config changed since they
+    were last computed, or that never were (`ledger.reason_to_compute`), and publish the ones
+    the failure policy allows; other dates are never touched. `always`: days computed whatever
+    the ledger says (`run`'s own date, every day of `backfill --force`); `seen_only`: days
+    computed only if the ledger has seen them (the days `run` looks back on); `not_ready`:
+    days left alone (their logs have not all landed). `phases` records where the time goes.
+
+    A run that fails after it began its days appends a `failed` row, with the error's line,
+    for each day it had not finished."""
     phases = phases or Phases()
     with phases.timed("inputs"):
         clusters = read_clusters(spark, config.inputs.clusters)
-        inputs = inputs_fingerprint(spark, config.inputs, clusters)
+        cluster_state = clusters_state(spark, config.inputs.clusters, clusters)
     stamp = RunStamp(run_id, computed_at, clusters.version)
     summary = RunSummary(run_id=run_id, cluster_table_version=clusters.version)
-    dates = [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
-    if skip_done:
-        with phases.timed("ledger read"):
-            done = ledger.done_dates(spark, config.output, dates, config.fingerprint(), inputs)
-        if done:
-            log.info("skipping %d day(s) already done with the same inputs and config", len(done))
-        dates = [d for d in dates if d not in done]
+    considered = [
+        day
+        for day in (start + dt.timedelta(days=i) for i in range((end - start).days + 1))
+        if day not in not_ready
+    ]
+    if not considered:
+        return summary
+    with phases.timed("input scan"):
+        corrupt = _corrupt_inputs(spark, config, considered[0], considered[-1])
+    with phases.timed("input state"):
+        inputs = day_inputs(spark, config, cluster_state, considered, corrupt)
+    with phases.timed("ledger read"):
+        previous = ledger.previous_runs(spark, config.output, considered)
+    reasons = _plan(config, considered, inputs, previous, always, seen_only)
+    dates = sorted(reasons)
     log.info(
         "computing %d day(s) of %s..%s, k in %s, cluster table version %s",
         len(dates),
@@ -101,8 +119,70 @@ def run_range(
     )
     if not dates:
         return summary
-    with phases.timed("input scan"):
-        corrupt = _corrupt_inputs(spark, config, dates[0], dates[-1])
+    try:
+        _compute_days(
+            spark, config, stamp, dates, inputs, reasons, corrupt, clusters, summary, phases
+        )
+    except BaseException as exc:
+        finished = {day.metric_date for day in summary.days}
+        _record_failure(
+            spark, config, stamp, [d for d in dates if d not in finished], inputs, reasons, exc
+        )
+        raise
+    return summary
+
+
+def _plan(
+    config: Config,
+    considered: list[dt.date],
+    inputs: Mapping[dt.date, DayInputs],
+    previous: Mapping[dt.date, ledger.Previous],
+    always: Collection[dt.date],
+    seen_only: Collection[dt.date],
+) -> dict[dt.date, str]:
+    """The days to compute and why; one log line for each day skipped as done, or restated."""
+    reasons: dict[dt.date, str] = {}
+    done, unseen = [], []
+    for day in considered:
+        before = previous.get(day)
+        if before is None and day in seen_only:
+            unseen.append(day)
+            continue
+        reason = ledger.reason_to_compute(before, inputs[day], config.fingerprint(), day in always)
+        if reason is None:
+            done.append(day)
+            continue
+        reasons[day] = reason
+        if before is not None and reason != ledger.NEW:
+            log.info(
+                "restating %s: %s",
+                day,
+                reason.replace("_", " "),
+                extra={"fields": {"metric_date": str(day), "reason": reason}},
+            )
+    if done:
+        log.info("skipping %d day(s) already done with the same inputs and config", len(done))
+    if unseen:
+        log.info(
+            "not looking back on %s: never computed (a backfill computes them)",
+            ", ".join(map(str, unseen)),
+        )
+    return reasons
+
+
+def _compute_days(
+    spark: SparkSession,
+    config: Config,
+    stamp: RunStamp,
+    dates: list[dt.date],
+    inputs: Mapping[dt.date, DayInputs],
+    reasons: Mapping[dt.date, str],
+    corrupt: list[CorruptInput],
+    clusters: ClusterSnapshot,
+    summary: RunSummary,
+    phases: Phases,
+) -> None:
+    """The days, a chunk at a time: each chunk's tables are written while the next is computed."""
     with phases.timed("cluster table rows"):
         # Rows bound the distinct chunk ids from above, and Spark counts them from metadata.
         table_rows = clusters.df.count()
@@ -125,8 +205,9 @@ def run_range(
             spark,
             config,
             stamp,
-            inputs,
             [(d, ledger.STARTED, None) for d in dates],
+            inputs,
+            reasons,
         )
         daily = PublishedDaily(
             side.submit("published history", published_before, spark, config, dates)
@@ -155,6 +236,7 @@ def run_range(
                     chunk_dates,
                     stamp,
                     inputs,
+                    reasons,
                     chunk_corrupt,
                     phases,
                     side,
@@ -176,7 +258,36 @@ def run_range(
                 write_pending()  # the last chunk, or the one computed before a chunk that failed
             finally:
                 keys.df.unpersist()
-    return summary
+
+
+def _record_failure(
+    spark: SparkSession,
+    config: Config,
+    stamp: RunStamp,
+    dates: list[dt.date],
+    inputs: Mapping[dt.date, DayInputs],
+    reasons: Mapping[dt.date, str],
+    exc: BaseException,
+) -> None:
+    """A `failed` row for each day the run began and did not finish, with the error's line;
+    a failure to write them is logged, and the run's own error is the one raised."""
+    if not dates:
+        return
+    error = failure_line(exc) if isinstance(exc, Exception) else type(exc).__name__
+    try:
+        ledger.record(
+            spark,
+            config,
+            stamp,
+            [(d, ledger.FAILED, None) for d in dates],
+            inputs,
+            reasons,
+            finished_at=dt.datetime.now(dt.UTC),
+            error=error,
+        )
+    except Exception:
+        log.warning("could not record the failed days in job_runs", exc_info=True)
+    log.error("%d day(s) failed: %s", len(dates), error)
 
 
 def _corrupt_inputs(

@@ -13,7 +13,7 @@ rules are in `rules` and `quality`; the tables in `tables`.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, wait
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -27,6 +27,7 @@ from logmetrics.config import Config
 from logmetrics.flows import ledger
 from logmetrics.flows.alerts import alerts_frame, announce
 from logmetrics.flows.history import PublishedDaily
+from logmetrics.flows.inputs import DayInputs
 from logmetrics.flows.keys import ChunkKeys, ClusterKeys, keys_for_chunk
 from logmetrics.flows.side_steps import SideSteps, wait_all
 from logmetrics.phases import Phases
@@ -93,7 +94,8 @@ class Chunk:
     config: Config
     dates: list[dt.date]
     stamp: RunStamp
-    inputs: str  # the inputs fingerprint, for the ledger
+    inputs: Mapping[dt.date, DayInputs]  # each day's inputs, for the ledger
+    reasons: Mapping[dt.date, str]  # why each day is computed, for the ledger
     corrupt: list[CorruptInput]  # unreadable files and lines that may hold these days' rows
     phases: Phases
     side: SideSteps  # the run's side steps
@@ -317,11 +319,12 @@ class Computed:
                 chunk.spark,
                 chunk.config,
                 chunk.stamp,
-                chunk.inputs,
                 [
                     (d, ledger.PUBLISHED if d in self.publish else ledger.HELD, counts[d])
                     for d in chunk.dates
                 ],
+                chunk.inputs,
+                chunk.reasons,
                 finished_at=dt.datetime.now(dt.UTC),
             )
         return [

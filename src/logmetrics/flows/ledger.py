@@ -1,67 +1,112 @@
-"""The `job_runs` ledger: which days are done, with which inputs, config and code.
+"""The `job_runs` ledger: which days are done, from which inputs, with which config and code.
 
-Append-only (appends never conflict between concurrent runs): a `started` row per day when its
-chunk begins, and a `published` or `held` row once the day's tables have committed. A day is
-done when its latest finished row is `published` with the same config fingerprint and the same
-inputs (Delta versions, or file listings), so a killed backfill resumes where it stopped, a day
-whose write did not commit (no finished row) is computed again, and changed logs or a new
-cluster table are never skipped.
+Append-only (appends never conflict between concurrent runs): a `started` row per day when the
+run begins it, and a `published`, `held` or `failed` row once the day is done. Each row records
+the day's own inputs (`flows.inputs`: its log files and the cluster table's state), the config
+fingerprint, and why the day was computed. A day is computed again exactly when its latest
+finished row is `failed` (or it has none: a kill before the write), or when its log files, the
+cluster table or the config differ from that row's (`reason_to_compute`), so a resumed backfill
+redoes nothing that was published, and late rows restate just the days they belong to.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
 
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from logmetrics import __version__
 from logmetrics.config import Config, OutputConfig
+from logmetrics.flows.inputs import DayInputs
 from logmetrics.schemas import JOB_RUNS
 from logmetrics.tables.catalog import JOB_RUNS_TABLE, RunStamp, append, read_table
 
-STARTED, PUBLISHED, HELD = "started", "published", "held"
+STARTED, PUBLISHED, HELD, FAILED = "started", "published", "held", "failed"
+NEW, INPUTS_CHANGED, CLUSTERS_CHANGED = "new", "inputs_changed", "clusters_changed"
+CONFIG_CHANGED, FORCED = "config_changed", "forced"
 
 
-def done_dates(
-    spark: SparkSession,
-    output: OutputConfig,
-    dates: Sequence[dt.date],
-    fingerprint: str,
-    inputs: str,
-) -> set[dt.date]:
-    """The dates whose latest finished record is `published` with these inputs and config."""
+@dataclass(frozen=True)
+class Previous:
+    """A day's latest ledger row that says how it ended (or its latest `started` row, when the
+    run that began it never finished it)."""
+
+    status: str
+    config_fingerprint: str
+    inputs_fingerprint: str
+    logs_fingerprint: str | None  # null in rows of logmetrics before per-day inputs
+    clusters_fingerprint: str | None
+
+
+def previous_runs(
+    spark: SparkSession, output: OutputConfig, dates: Sequence[dt.date]
+) -> dict[dt.date, Previous]:
+    """Each day of `dates` the ledger has a row for: its latest finished row, or, without one,
+    its latest `started` row. One read of the ledger, one row per day to the driver."""
     runs = read_table(spark, output, JOB_RUNS_TABLE)
     if runs is None or not dates:
-        return set()
-    latest = Window.partitionBy("metric_date").orderBy(F.desc("finished_at"), F.desc("run_id"))
+        return {}
+    latest = Window.partitionBy("metric_date").orderBy(
+        (F.col("status") != STARTED).desc(),
+        F.desc_nulls_last("finished_at"),
+        F.desc("started_at"),
+        F.desc("run_id"),
+    )
     rows = (
-        runs.where(F.col("status") != STARTED)
-        .where(F.col("metric_date").between(F.lit(min(dates)), F.lit(max(dates))))
+        runs.where(F.col("metric_date").between(F.lit(min(dates)), F.lit(max(dates))))
         .withColumn("nth", F.row_number().over(latest))
-        .where(
-            (F.col("nth") == 1)
-            & (F.col("status") == PUBLISHED)
-            & (F.col("config_fingerprint") == fingerprint)
-            & (F.col("inputs_fingerprint") == inputs)
+        .where(F.col("nth") == 1)
+        .select(
+            "metric_date",
+            *[
+                F.col(f.name) if f.name in runs.columns else F.lit(None).alias(f.name)
+                for f in fields(Previous)
+            ],
         )
-        .select("metric_date")
         .collect()
     )
-    return {row.metric_date for row in rows} & set(dates)
+    wanted = set(dates)
+    return {
+        row.metric_date: Previous(*[row[f.name] for f in fields(Previous)])
+        for row in rows
+        if row.metric_date in wanted
+    }
+
+
+def reason_to_compute(
+    previous: Previous | None, current: DayInputs, config_fingerprint: str, forced: bool
+) -> str | None:
+    """Why a day must be computed, or None when its last computation stands: `new` without a
+    standing one (never finished, or `failed`), else what changed since (the config, the
+    cluster table, the day's log files), else `forced` when asked to, else nothing."""
+    if previous is None or previous.status in {STARTED, FAILED}:
+        return NEW
+    if previous.config_fingerprint != config_fingerprint:
+        return CONFIG_CHANGED
+    if previous.logs_fingerprint is None:  # a row from before per-day inputs: compare the whole
+        return None if previous.inputs_fingerprint == current.fingerprint else INPUTS_CHANGED
+    if previous.clusters_fingerprint != current.clusters:
+        return CLUSTERS_CHANGED
+    if previous.logs_fingerprint != current.logs:
+        return INPUTS_CHANGED
+    return FORCED if forced else None
 
 
 def record(
     spark: SparkSession,
     config: Config,
     stamp: RunStamp,
-    inputs: str,
     entries: Iterable[tuple[dt.date, str, dict[str, int] | None]],
+    inputs: Mapping[dt.date, DayInputs],
+    reasons: Mapping[dt.date, str],
     finished_at: dt.datetime | None = None,
+    error: str | None = None,
 ) -> None:
-    """Append one ledger row per (date, status, counts) of the run `stamp` names (`inputs`: the
-    inputs fingerprint; the config's fingerprint is recorded beside it)."""
+    """Append one ledger row per (date, status, counts) of the run `stamp` names, with the
+    day's inputs and the reason it was computed (`error`: a failed day's one line)."""
     rows = [
         (
             stamp.run_id,
@@ -73,9 +118,14 @@ def record(
             (counts or {}).get("queries"),
             (counts or {}).get("results"),
             stamp.cluster_table_version,
-            inputs,
+            inputs[day].fingerprint,
             config.fingerprint(),
             __version__,
+            reasons[day],
+            inputs[day].logs,
+            inputs[day].files,
+            inputs[day].clusters,
+            error,
         )
         for day, status, counts in entries
     ]

@@ -45,9 +45,6 @@ def with_row_status(logs_df: DataFrame) -> DataFrame:
     partition when served_at is null; `malformed_reason` names the first missing field of a row
     that can never enter a metric (null request_id, served_at or results, or a text served_at
     that is not a timestamp), with the raw row."""
-    metric_date = F.to_date("served_at")
-    if PARTITION_DATE in logs_df.columns:
-        metric_date = F.coalesce(metric_date, F.col(PARTITION_DATE))
     reason = F.when(F.col("request_id").isNull(), F.lit("null_request_id"))
     if SERVED_AT_TEXT in logs_df.columns:  # text that did not parse as an ISO 8601 timestamp
         unparsed = F.col("served_at").isNull() & F.col(SERVED_AT_TEXT).isNotNull()
@@ -58,12 +55,44 @@ def with_row_status(logs_df: DataFrame) -> DataFrame:
     raw = F.to_json(F.struct(*[column(c) for c in logs_df.columns if c != PARTITION_DATE]))
     return logs_df.withColumns(
         {
-            "metric_date": metric_date,
+            "metric_date": _metric_date(logs_df),
             "is_malformed": reason.isNotNull(),
             "malformed_row": F.when(
                 reason.isNotNull(), F.struct(reason.alias("reason"), raw.alias("raw"))
             ),
         }
+    )
+
+
+def _metric_date(logs_df: DataFrame) -> Column:
+    metric_date = F.to_date("served_at")
+    if PARTITION_DATE in logs_df.columns:
+        metric_date = F.coalesce(metric_date, F.col(PARTITION_DATE))
+    return metric_date
+
+
+def day_file_states(logs_df: DataFrame) -> DataFrame:
+    """(metric_date, input_files, files_fingerprint): per day, the files that hold its rows (the
+    day placed as `with_row_status` places it) and a SHA-256 over their sorted
+    `path|size|modification time`. A narrow pass: it reads `served_at` (and the date partition)
+    only, and Spark's `_metadata` of each file; for a Delta table, its data files, whose names
+    are unique to the commit that wrote them."""
+    file_state = F.concat_ws(
+        "|",
+        F.col("_metadata.file_path"),
+        F.col("_metadata.file_size").cast("string"),
+        F.col("_metadata.file_modification_time").cast("string"),
+    )
+    files = (
+        logs_df.select(_metric_date(logs_df).alias("metric_date"), file_state.alias("file"))
+        .distinct()
+        .groupBy("metric_date")
+        .agg(F.count(F.lit(1)).alias("input_files"), F.collect_list("file").alias("files"))
+    )
+    return files.select(
+        "metric_date",
+        "input_files",
+        F.sha2(F.concat_ws("\n", F.array_sort("files")), 256).alias("files_fingerprint"),
     )
 
 

@@ -286,22 +286,15 @@ def read_clusters(spark: SparkSession, source: ClustersInput) -> ClusterSnapshot
     return ClusterSnapshot(df=df, version=version)
 
 
-def inputs_fingerprint(spark: SparkSession, inputs: InputsConfig, clusters: ClusterSnapshot) -> str:
-    """A short hash of the state of both inputs: the Delta version of a Delta table, or the
-    listing (path, size, modification time) of a file-based input. A backfill skips a day
-    only when this is unchanged, so rewritten logs or a new cluster table are never missed."""
-    parts = [
-        _state(spark, inputs.logs().path, inputs.logs().format),
-        f"v{clusters.version}"
-        if clusters.version is not None
-        else _state(spark, inputs.clusters.path, inputs.clusters.format),
-    ]
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+def clusters_state(spark: SparkSession, source: ClustersInput, clusters: ClusterSnapshot) -> str:
+    """The cluster table's state, recorded beside every day computed from it: `v<version>` for a
+    Delta table (the version read), else a hash of its file listing (path, size, mtime)."""
+    if clusters.version is not None:
+        return f"v{clusters.version}"
+    return _state(spark, source.path, source.format)
 
 
 def _state(spark: SparkSession, path: str, fmt: str) -> str:
-    if fmt == "delta":
-        return f"v{_latest_delta_version(spark, path)}"
     local = local_path(path)
     if local is None:  # remote files: the names Spark would read
         reader = spark.read.schema(JSON_LOGS) if fmt == "json" else spark.read
@@ -579,3 +572,56 @@ def _require_local_path(path: str, what: str) -> None:
 def first_line(exc: Exception) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+# --- readiness: a day's logs have all landed ---------------------------------------------------
+
+
+def missing_ready_markers(
+    source: ServedLogsInput, dates: Sequence[dt.date], spark: SparkSession | None = None
+) -> dict[dt.date, str]:
+    """The days of `dates` whose date-partition directory lacks `source.ready_marker`, each with
+    the marker's path; none when no marker is configured. A local path is looked at directly,
+    without Spark; a remote one through `spark`'s Hadoop file system."""
+    marker = source.ready_marker
+    if marker is None or not dates:
+        return {}
+    column = _marker_partition_column(source)
+    if column is None:
+        raise InputError(
+            f"served logs at {source.path}: inputs.served_logs.ready_marker is looked for in "
+            "each day's `<column>=YYYY-MM-DD` directory, and none was found (set "
+            "inputs.served_logs.date_partition to the column)"
+        )
+    paths = {d: f"{source.path.rstrip('/')}/{column}={d.isoformat()}/{marker}" for d in dates}
+    if local_path(source.path) is not None:
+        return {d: p for d, p in paths.items() if not os.path.isfile(str(local_path(p)))}
+    if spark is None:
+        raise InputError(f"served logs at {source.path}: a remote path needs Spark to look at")
+    return {d: p for d, p in paths.items() if not _remote_file_exists(spark, p)}
+
+
+def needs_spark_for_readiness(source: ServedLogsInput) -> bool:
+    """Whether `missing_ready_markers` must look through Spark (a marker on a remote path)."""
+    return source.ready_marker is not None and local_path(source.path) is None
+
+
+def _marker_partition_column(source: ServedLogsInput) -> str | None:
+    """The date-partition column whose directories hold the markers, of any format."""
+    if source.date_partition not in {"auto", "none"}:
+        return source.date_partition
+    path = local_path(source.path)
+    if source.date_partition == "none" or path is None or not os.path.isdir(path):
+        return None
+    names = {m.group(1) for entry in os.listdir(path) if (m := _PARTITION_DIR.match(entry))}
+    return names.pop() if len(names) == 1 else None
+
+
+def _remote_file_exists(spark: SparkSession, path: str) -> bool:
+    """Whether a file exists on remote storage, through the session's Hadoop file system."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: no JVM in this process
+        raise InputError(f"{path}: ready markers on remote storage need a classic Spark session")
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    conf = spark._jsc.hadoopConfiguration()
+    return bool(hadoop_path.getFileSystem(conf).isFile(hadoop_path))

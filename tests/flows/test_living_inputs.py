@@ -1,0 +1,331 @@
+"""Living inputs (issue 24): a day is computed again exactly when its own inputs changed; late
+rows restate their day; a day whose logs have not all landed is not published; a failed run
+leaves `failed` rows that the next run picks up."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+import reference
+from logmetrics.cli import main
+from logmetrics.flows import chunk as chunk_flow
+from logmetrics.flows import ledger
+from logmetrics.flows.inputs import DayInputs
+from logmetrics.synthetic import generate
+
+START = dt.date(2026, 3, 1)
+DAYS = 12
+KS = (5, 10)
+THRESHOLD = 4
+TABLES = (
+    "unique_clusters_by_query",
+    "unique_clusters_daily",
+    "unique_clusters_k_sweep",
+    "redundancy_cost_daily",
+    "data_quality",
+    "quarantine",
+    "missing_cluster_chunks",
+    "unique_clusters_alerts",
+)
+
+
+def day(n: int) -> dt.date:
+    """The n-th day of the generated data, from 1."""
+    return START + dt.timedelta(days=n - 1)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("living")
+    generate(root, START, days=DAYS, queries_per_day=40, seed=24)
+    return root
+
+
+def _copy(generated: Path, tmp_path: Path, days: int) -> Path:
+    """The generated data with the partitions of its first `days` days only."""
+    data = tmp_path / "data"
+    shutil.copytree(generated, data)
+    for n in range(days + 1, DAYS + 1):
+        shutil.rmtree(_partition(data, day(n)))
+    return data
+
+
+def _partition(data: Path, date: dt.date) -> Path:
+    return data / "served_logs" / f"date={date}"
+
+
+def _config(data: Path, warehouse: Path, *lines: str, logs: str = "served_logs") -> Path:
+    path = warehouse.parent / f"{warehouse.name}.yaml"
+    fmt = "delta" if "delta" in logs else "parquet"
+    text = [
+        "inputs:",
+        f"  served_logs: {{path: '{data / logs}', format: {fmt}}}",
+        f"  clusters: {{path: '{data / 'clusters_parquet'}', format: parquet}}",
+        f"output: {{warehouse: '{warehouse}'}}",
+        f"metrics: {{ks: {list(KS)}, threshold: {THRESHOLD}, segment_by: []}}",
+        "backfill: {days_per_chunk: 31}",
+        "quality: {max_malformed_rate: 0.1, max_missing_cluster_rate: 0.1, on_failure: warn}",
+        *lines,
+    ]
+    path.write_text("\n".join(text) + "\n")
+    return path
+
+
+def _argv(command: str, config: Path, *dates: dt.date, extra: tuple[str, ...] = ()) -> list[str]:
+    if command == "backfill":
+        return [
+            "backfill",
+            "--config",
+            str(config),
+            "--start",
+            str(dates[0]),
+            "--end",
+            str(dates[1]),
+            *extra,
+        ]
+    return [command, "--config", str(config), "--date", str(dates[0]), *extra]
+
+
+def _table(spark: SparkSession, warehouse: Path, name: str) -> DataFrame:
+    return spark.read.format("delta").load(str(warehouse / name))
+
+
+def _by_day(spark: SparkSession, warehouse: Path) -> dict[str, dict[dt.date, list[str]]]:
+    """Every table's rows per day, run columns included: a day not computed again keeps them."""
+    out: dict[str, dict[dt.date, list[str]]] = {}
+    for name in TABLES:
+        rows: dict[dt.date, list[str]] = {}
+        for row in _table(spark, warehouse, name).collect():
+            rows.setdefault(row.metric_date, []).append(repr(row))
+        out[name] = {d: sorted(r) for d, r in rows.items()}
+    return out
+
+
+def _finished(spark: SparkSession, warehouse: Path, run: int = -1) -> list[tuple[Any, ...]]:
+    """(metric_date, status, reason) of the ledger's finished rows of one run (by start)."""
+    runs = _table(spark, warehouse, "job_runs")
+    ids = [
+        r.run_id
+        for r in runs.groupBy("run_id").agg(F.min("started_at").alias("t")).orderBy("t").collect()
+    ]
+    rows = runs.where((F.col("run_id") == ids[run]) & (F.col("status") != "started")).collect()
+    return sorted((r.metric_date, r.status, r.reason) for r in rows)
+
+
+def _source_rows(data: Path) -> list[dict[str, Any]]:
+    table = ds.dataset(data / "served_logs", format="parquet", partitioning="hive").to_table(
+        columns=["request_id", "served_at", "results", "date"]
+    )
+    return table.to_pylist()
+
+
+def _cluster_rows(data: Path) -> list[tuple[Any, Any]]:
+    table = ds.dataset(data / "clusters_parquet", format="parquet").to_table()
+    return [(r["chunk_id"], r["cluster_id"]) for r in table.to_pylist()]
+
+
+def _late_rows(data: Path, source: dt.date, served_on: dt.date, into: dt.date, name: str) -> None:
+    """Ten new requests served on `served_on`, landing late as a file in `into`'s partition."""
+    rows = pq.read_table(next(_partition(data, source).glob("*.parquet"))).slice(0, 10)
+    shift = pa.scalar(
+        dt.datetime.combine(served_on, dt.time()) - dt.datetime.combine(source, dt.time())
+    )
+    served = pc.add(rows.column("served_at"), pa.scalar(shift.as_py(), pa.duration("us")))
+    ids = pc.binary_join_element_wise(pa.scalar(f"{name}-"), rows.column("request_id"), "")
+    rows = rows.set_column(rows.schema.get_field_index("served_at"), "served_at", served)
+    rows = rows.set_column(rows.schema.get_field_index("request_id"), "request_id", ids)
+    pq.write_table(rows, _partition(data, into) / f"{name}.parquet")
+
+
+def test_a_backfill_after_a_new_day_landed_computes_only_that_day(
+    spark: SparkSession, generated: Path, tmp_path: Path
+) -> None:
+    data = _copy(generated, tmp_path, 10)
+    warehouse = tmp_path / "wh"
+    config = _config(data, warehouse)
+    assert main(_argv("backfill", config, day(1), day(10))) == 0
+    before = _by_day(spark, warehouse)
+    shutil.copytree(_partition(generated, day(11)), _partition(data, day(11)))
+    assert main(_argv("backfill", config, day(1), day(11))) == 0
+    assert _finished(spark, warehouse) == [(day(11), "published", "new")]
+    after = _by_day(spark, warehouse)
+    for name in TABLES:
+        kept = {d: rows for d, rows in after[name].items() if d != day(11)}
+        assert kept == before[name], name
+    assert main(_argv("backfill", config, day(1), day(11))) == 0  # nothing new: nothing done
+    assert _table(spark, warehouse, "job_runs").select("run_id").distinct().count() == 2
+
+
+def test_a_delta_log_table_skips_the_days_an_appended_commit_does_not_touch(
+    spark: SparkSession, generated: Path, tmp_path: Path
+) -> None:
+    logs = spark.read.parquet(str(generated / "served_logs"))
+    table = tmp_path / "data" / "served_logs_delta"
+    shutil.copytree(generated / "clusters_parquet", tmp_path / "data" / "clusters_parquet")
+    first_ten = logs.where(F.col("date") <= F.lit(day(10)))
+    first_ten.write.format("delta").partitionBy("date").save(str(table))
+    warehouse = tmp_path / "wh"
+    config = _config(tmp_path / "data", warehouse, logs="served_logs_delta")
+    assert main(_argv("backfill", config, day(1), day(10))) == 0
+    before = _by_day(spark, warehouse)
+    logs.where(F.col("date") == F.lit(day(11))).write.format("delta").mode("append").save(
+        str(table)
+    )
+    assert main(_argv("backfill", config, day(1), day(11))) == 0
+    assert _finished(spark, warehouse) == [(day(11), "published", "new")]
+    after = _by_day(spark, warehouse)
+    for name in TABLES:
+        assert {d: r for d, r in after[name].items() if d != day(11)} == before[name], name
+
+
+def test_late_rows_restate_their_day_and_only_it(
+    spark: SparkSession, generated: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = _copy(generated, tmp_path, DAYS)
+    warehouse = tmp_path / "wh"
+    config = _config(data, warehouse)
+    assert main(_argv("backfill", config, day(1), day(10))) == 0
+
+    _late_rows(data, day(7), served_on=day(8), into=day(8), name="late8")
+    with caplog.at_level("INFO", logger="logmetrics"):
+        assert main(_argv("run", config, day(11))) == 0
+    assert _finished(spark, warehouse) == [
+        (day(8), "published", "inputs_changed"),
+        (day(11), "published", "new"),
+    ]
+    assert f"restating {day(8)}: inputs changed" in caplog.text
+    daily = _table(spark, warehouse, "unique_clusters_daily").where(
+        F.col("metric_date") == F.lit(day(8))
+    )
+    drop = {"run_id", "computed_at", "cluster_table_version", "dq_passed", "rows_read"}
+    drop |= {
+        "duplicate_rows",
+        "quarantined_rows",
+        "quarantined_entries",
+        "segment",
+        "segment_value",
+    }
+    got = sorted(
+        ({k: v for k, v in r.asDict().items() if k not in drop} for r in daily.collect()),
+        key=lambda r: r["k"],
+    )
+    expected = reference.daily(
+        _source_rows(data), _cluster_rows(data), KS, THRESHOLD, day(8), day(8)
+    )
+    assert got == expected
+    assert got[0]["queries"] == expected[0]["queries"] > 40  # the late requests are counted
+
+    # An arrival-time layout: rows of day 9 in a file of day 10's partition.
+    _late_rows(data, day(9), served_on=day(9), into=day(10), name="late9")
+    assert main(_argv("run", config, day(12))) == 0
+    assert _finished(spark, warehouse) == [
+        (day(9), "published", "inputs_changed"),
+        (day(12), "published", "new"),
+    ]
+
+
+def test_a_day_without_its_ready_marker_is_not_published_until_it_has_one(
+    spark: SparkSession, generated: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _copy(generated, tmp_path, 3)
+    for n in (1, 2):
+        (_partition(data, day(n)) / "_SUCCESS").touch()
+    warehouse = tmp_path / "wh"
+    config = _config(data, warehouse, "nightly: {lookback_days: 1}")
+    config.write_text(
+        config.read_text().replace(
+            "format: parquet}", "format: parquet, ready_marker: _SUCCESS}", 1
+        )
+    )
+    assert main(_argv("ready", config, day(2))) == 0
+    assert main(_argv("ready", config, day(3))) == 5
+    assert f"{day(3)}" in capsys.readouterr().err
+    assert main(_argv("run", config, day(3))) == 5
+    assert not (warehouse / "unique_clusters_daily").exists()
+
+    assert main(_argv("backfill", config, day(1), day(3))) == 5  # the ready days are computed
+    assert _finished(spark, warehouse) == [
+        (day(1), "published", "new"),
+        (day(2), "published", "new"),
+    ]
+    (_partition(data, day(3)) / "_SUCCESS").touch()
+    assert main(_argv("run", config, day(3))) == 0
+    published = _table(spark, warehouse, "unique_clusters_daily").select("metric_date").distinct()
+    assert sorted(r.metric_date for r in published.collect()) == [day(1), day(2), day(3)]
+
+
+def test_a_spark_error_leaves_failed_rows_and_the_next_run_computes_those_days(
+    spark: SparkSession, generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = _copy(generated, tmp_path, 2)
+    warehouse = tmp_path / "wh"
+    config = _config(data, warehouse)
+    real = chunk_flow.Chunk.compute
+
+    def failing(chunk: chunk_flow.Chunk, *args: Any) -> Any:
+        chunk.spark.sql("SELECT raise_error('planted failure in the main pass')").collect()
+        return real(chunk, *args)
+
+    monkeypatch.setattr(chunk_flow.Chunk, "compute", failing)
+    assert main(_argv("backfill", config, day(1), day(2))) == 1
+    runs = _table(spark, warehouse, "job_runs").where(F.col("status") == "failed").collect()
+    assert sorted(r.metric_date for r in runs) == [day(1), day(2)]
+    assert all("planted failure in the main pass" in r.error and "\n" not in r.error for r in runs)
+    monkeypatch.setattr(chunk_flow.Chunk, "compute", real)
+    assert main(_argv("backfill", config, day(1), day(2))) == 0
+    assert _finished(spark, warehouse) == [
+        (day(1), "published", "new"),
+        (day(2), "published", "new"),
+    ]
+
+
+STATE = DayInputs(logs="L", files=1, clusters="v1")
+
+
+@pytest.mark.parametrize(
+    ("previous", "current", "config", "forced", "reason"),
+    [
+        (None, STATE, "C", False, "new"),
+        (ledger.Previous("started", "C", STATE.fingerprint, "L", "v1"), STATE, "C", False, "new"),
+        (ledger.Previous("failed", "C", STATE.fingerprint, "L", "v1"), STATE, "C", False, "new"),
+        (ledger.Previous("published", "C", STATE.fingerprint, "L", "v1"), STATE, "C", False, None),
+        (ledger.Previous("held", "C", STATE.fingerprint, "L", "v1"), STATE, "C", False, None),
+        (
+            ledger.Previous("published", "C", STATE.fingerprint, "L", "v1"),
+            STATE,
+            "C",
+            True,
+            "forced",
+        ),
+        (
+            ledger.Previous("published", "B", STATE.fingerprint, "L", "v1"),
+            STATE,
+            "C",
+            False,
+            "config_changed",
+        ),
+        (ledger.Previous("published", "C", "x", "L", "v0"), STATE, "C", False, "clusters_changed"),
+        (ledger.Previous("published", "C", "x", "K", "v1"), STATE, "C", False, "inputs_changed"),
+        (ledger.Previous("published", "C", "old", None, None), STATE, "C", False, "inputs_changed"),
+        (ledger.Previous("published", "C", STATE.fingerprint, None, None), STATE, "C", False, None),
+    ],
+)
+def test_reason_to_compute(
+    previous: ledger.Previous | None,
+    current: DayInputs,
+    config: str,
+    forced: bool,
+    reason: str | None,
+) -> None:
+    assert ledger.reason_to_compute(previous, current, config, forced) == reason
