@@ -20,13 +20,14 @@ demo: install
 
 # The whole suite on two workers (pytest-xdist, a module per worker at a time: tests/conftest.py
 # hands out the longest first) on the default engine (Comet where it loads), the tests that
-# compare outputs with independent references once more on plain Spark, then the DAG tests in
-# their own Airflow venv (a few minutes, the venv cold).
+# compare outputs with independent references (marked `reference`) once more on plain Spark,
+# then the DAG tests in their own Airflow venv (a few minutes, the venv cold).
 REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_hostile.py
 
 test: install
 	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=30
-	LOGMETRICS_TEST_ACCELERATOR=none $(BIN)/python -m pytest -n 2 --dist loadfile $(REFERENCE_TESTS)
+	LOGMETRICS_TEST_ACCELERATOR=none $(BIN)/python -m pytest -n 2 --dist loadfile -m reference \
+		$(REFERENCE_TESTS)
 	$(MAKE) --no-print-directory test-deploy
 
 test-fast: install

@@ -48,6 +48,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # lets both workers finish together; measured with `pytest --durations=30`.
 LONGEST_FIRST = (
     "test_orchestration.py",
+    "test_living_inputs.py",
     "test_end_to_end.py",
     "test_hostile.py",
     "test_gate_policy.py",

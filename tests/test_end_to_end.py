@@ -117,6 +117,7 @@ def warehouse(spark: SparkSession, dataset: Path, tmp_path_factory: pytest.TempP
     return warehouse
 
 
+@pytest.mark.reference
 def test_by_query_equals_the_reference(
     spark: SparkSession,
     warehouse: Path,
@@ -132,6 +133,7 @@ def test_by_query_equals_the_reference(
     assert {r["cluster_table_version"] for r in got} == {0}
 
 
+@pytest.mark.reference
 def test_daily_equals_the_reference(
     spark: SparkSession,
     warehouse: Path,
@@ -152,6 +154,7 @@ def test_daily_equals_the_reference(
     assert all(0.08 < r["share_at_or_below_threshold"] < 0.22 for r in at_10)
 
 
+@pytest.mark.reference
 def test_k_sweep_equals_the_reference(
     spark: SparkSession,
     warehouse: Path,
@@ -171,6 +174,7 @@ def test_k_sweep_equals_the_reference(
         assert fractions[0] > 0.99 and fractions[-1] < 0.8
 
 
+@pytest.mark.reference
 def test_redundancy_cost_equals_the_reference(
     spark: SparkSession,
     warehouse: Path,
@@ -475,6 +479,7 @@ def test_a_day_without_traffic_is_published_as_zero_queries(
     assert _table(spark, warehouse, "unique_clusters_by_query").count() == 0
 
 
+@pytest.mark.reference
 def test_pinned_cluster_table_version_is_read_and_recorded(
     spark: SparkSession,
     dataset: Path,

@@ -34,7 +34,7 @@ from logmetrics.schemas import CLUSTERS, PARTITION_DATE, SERVED_LOGS
 from logmetrics.tables.sources import filter_served_between
 from spark_reference import keyed_clusters
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.reference]
 
 UTC = dt.UTC
 

@@ -24,7 +24,7 @@ from logmetrics.schemas import CLUSTERS, SERVED_LOGS
 from logmetrics.tables.sources import filter_served_between
 from spark_reference import daily_distributions, unique_clusters_by_request
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.reference]
 
 START, END = dt.date(2026, 3, 1), dt.date(2026, 3, 2)
 DAY_START = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)

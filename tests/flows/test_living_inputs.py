@@ -24,6 +24,8 @@ from logmetrics.flows import ledger
 from logmetrics.flows.inputs import DayInputs
 from logmetrics.synthetic import generate
 
+pytestmark = pytest.mark.slow
+
 START = dt.date(2026, 3, 1)
 DAYS = 12
 KS = (5, 10)
