@@ -25,9 +25,15 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.providers.databricks.operators.databricks import (
     DatabricksSubmitRunOperator,
 )
-from airflow.sdk import CronDataIntervalTimetable
+from airflow.sdk import BaseSensorOperator, CronDataIntervalTimetable
 from airflow.sdk.api.datamodels._generated import DagRun, TIRunContext
-from airflow.sdk.exceptions import AirflowRuntimeError, ParamValidationError
+from airflow.sdk.exceptions import (
+    AirflowFailException,
+    AirflowRescheduleException,
+    AirflowRuntimeError,
+    AirflowSensorTimeout,
+    ParamValidationError,
+)
 from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 from airflow.serialization.encoders import coerce_to_core_timetable
 from airflow.serialization.serialized_objects import DagSerialization
@@ -124,11 +130,13 @@ def task_instance(
     )
 
 
-def nightly_ti(dags: dict[str, Any], task_id: str, day: dt.date) -> RuntimeTaskInstance:
+def nightly_ti(
+    dags: dict[str, Any], task_id: str, day: dt.date, conf: dict[str, Any] | None = None
+) -> RuntimeTaskInstance:
     dag = dags["logmetrics_nightly"]
     logical_date, interval, run_after = scheduled_interval(dag, day)
     return task_instance(
-        dag, task_id, logical_date=logical_date, interval=interval, run_after=run_after
+        dag, task_id, logical_date=logical_date, interval=interval, run_after=run_after, conf=conf
     )
 
 
@@ -209,10 +217,10 @@ def test_dags_serialize_for_the_scheduler(dagbag: DagBag) -> None:
 def test_both_dags_branch_to_two_runners(dagbag: DagBag, dag_id: str) -> None:
     dag = dagbag.dags[dag_id]
     runners = {"choose_runner", "spark_submit", "databricks"}
-    alerts = (
-        {"spark_submit_alerts", "databricks_alerts"} if dag_id == "logmetrics_nightly" else set()
-    )
-    assert set(dag.task_ids) == runners | alerts
+    nightly = dag_id == "logmetrics_nightly"
+    alerts = {"spark_submit_alerts", "databricks_alerts"} if nightly else set()
+    sensor = {"wait_for_logs"} if nightly else set()
+    assert set(dag.task_ids) == runners | alerts | sensor
     assert dag.get_task("choose_runner").downstream_task_ids == {"spark_submit", "databricks"}
     assert dag.max_active_runs == 1
     assert "logmetrics" in dag.tags
@@ -236,6 +244,32 @@ def test_nightly_alerts_follow_the_run_on_its_path_without_retries(dagbag: DagBa
         assert alerts.retries == 0
         assert alerts.trigger_rule == "all_success"  # a skipped path skips its alerts too
         assert alerts.execution_timeout == dt.timedelta(hours=1)
+
+
+def test_nightly_waits_for_the_logs_before_anything_runs(dagbag: DagBag) -> None:
+    """The sensor is the first task: every other task, on both paths, runs after it; in
+    reschedule mode it holds no worker slot between two pokes."""
+    dag = dagbag.dags["logmetrics_nightly"]
+    sensor = dag.get_task("wait_for_logs")
+    assert isinstance(sensor, BaseSensorOperator)
+    assert sensor.mode == "reschedule"
+    assert sensor.upstream_task_ids == set()
+    assert sensor.downstream_task_ids == {"choose_runner"}
+    assert {t.task_id for t in sensor.get_flat_relatives(upstream=False)} == (
+        set(dag.task_ids) - {"wait_for_logs"}
+    )
+    assert sensor.retries == 3  # for a lost worker; a failing `ready` is not retried (below)
+    assert sensor.execution_timeout == dt.timedelta(minutes=10)  # one poke, not the wait
+
+
+def test_nightly_params_set_how_the_sensor_waits(dagbag: DagBag) -> None:
+    params = dagbag.dags["logmetrics_nightly"].params
+    assert set(params) == {"ready_poke_interval_seconds", "ready_timeout_seconds"}
+    assert params["ready_poke_interval_seconds"] == 5 * 60
+    assert params["ready_timeout_seconds"] == 6 * 60 * 60
+    for name, minimum in (("ready_poke_interval_seconds", 1), ("ready_timeout_seconds", 0)):
+        schema = params.get_param(name).schema
+        assert schema["type"] == "integer" and schema["minimum"] == minimum
 
 
 def test_nightly_schedule(dagbag: DagBag) -> None:
@@ -422,6 +456,118 @@ def test_nightly_alerts_render_the_same_day_on_both_paths(
     assert payload["python_wheel_task"] == wheel_task
     assert payload["run_name"] == "logmetrics-alerts-2026-03-14"
     assert payload["libraries"] == [{"whl": WHEEL}]
+
+
+# --- nightly: the sensor ---------------------------------------------------------------------
+
+
+def test_sensor_renders_ready_for_the_day(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    task, _ = render(nightly_ti(dags, "wait_for_logs", dt.date(2026, 3, 14)))
+    # the run's config, and `logmetrics` from the worker's PATH
+    assert task.command == ["logmetrics", "ready", "--config", CONFIG, "--date", "2026-03-14"]
+
+
+def test_sensor_executable_and_config_come_from_variables(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    """Where `logmetrics` is on the worker, and the config as the worker sees it (on Databricks
+    the run's config and logs are paths only the cluster can read)."""
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_EXECUTABLE", "/opt/logmetrics/bin/logmetrics")
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_READY_CONFIG", "/etc/logmetrics/worker.yaml")
+    task, _ = render(nightly_ti(dags, "wait_for_logs", dt.date(2026, 3, 14)))
+    assert task.command == [
+        "/opt/logmetrics/bin/logmetrics",
+        *("ready", "--config", "/etc/logmetrics/worker.yaml", "--date", "2026-03-14"),
+    ]
+
+
+def test_sensor_defaults_without_variables(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    variables.delenv("AIRFLOW_VAR_LOGMETRICS_CONFIG")
+    task, _ = render(nightly_ti(dags, "wait_for_logs", dt.date(2026, 3, 14)))
+    expected = ["logmetrics", "ready", "--config", "conf/local.yaml", "--date", "2026-03-14"]
+    assert task.command == expected
+
+
+def _fake_logmetrics(tmp_path: Path, variables: pytest.MonkeyPatch, exit_code: int) -> Path:
+    """A `logmetrics` that records its arguments and exits with `exit_code`."""
+    script = tmp_path / "logmetrics"
+    script.write_text(f'#!/bin/sh\necho "$@" > "$0.args"\nexit {exit_code}\n')
+    script.chmod(0o755)
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_EXECUTABLE", str(script))
+    return script
+
+
+@pytest.mark.parametrize(("exit_code", "ready"), [(0, True), (5, False)])
+def test_sensor_pokes_again_only_while_not_ready(
+    dags: dict[str, Any],
+    variables: pytest.MonkeyPatch,
+    tmp_path: Path,
+    exit_code: int,
+    ready: bool,
+) -> None:
+    script = _fake_logmetrics(tmp_path, variables, exit_code)
+    task, context = render(nightly_ti(dags, "wait_for_logs", dt.date(2026, 3, 14)))
+    assert task.poke(context) is ready
+    args = "ready --config /etc/logmetrics/prod.yaml --date 2026-03-14\n"
+    assert script.with_suffix(".args").read_text() == args
+
+
+@pytest.mark.parametrize("exit_code", [1, 2, 3])
+def test_sensor_fails_at_once_when_ready_fails(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch, tmp_path: Path, exit_code: int
+) -> None:
+    """A bad config (2) or a broken install will not mend by waiting: AirflowFailException fails
+    the task without its retries, instead of poking until the timeout."""
+    _fake_logmetrics(tmp_path, variables, exit_code)
+    task, context = render(nightly_ti(dags, "wait_for_logs", dt.date(2026, 3, 14)))
+    with pytest.raises(AirflowFailException, match=f"ready exited with {exit_code}"):
+        task.poke(context)
+
+
+def test_sensor_fails_at_once_without_the_executable(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_EXECUTABLE", str(tmp_path / "nowhere"))
+    task, context = render(nightly_ti(dags, "wait_for_logs", dt.date(2026, 3, 14)))
+    with pytest.raises(AirflowFailException, match="cannot run"):
+        task.poke(context)
+
+
+def test_sensor_reschedules_after_the_poke_interval_param(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _fake_logmetrics(tmp_path, variables, 5)
+    conf = {"ready_poke_interval_seconds": 7, "ready_timeout_seconds": 3600}
+    task, context = render(nightly_ti(dags, "wait_for_logs", dt.date(2026, 3, 14), conf))
+    before = dt.datetime.now(UTC)
+    with pytest.raises(AirflowRescheduleException) as rescheduled:
+        task.execute(context)  # the first poke: no worker slot held until the next one
+    wait = rescheduled.value.reschedule_date - before
+    assert dt.timedelta(seconds=7) <= wait < dt.timedelta(seconds=17)
+
+
+def test_sensor_times_out_after_the_timeout_param(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _fake_logmetrics(tmp_path, variables, 5)
+    conf = {"ready_poke_interval_seconds": 60, "ready_timeout_seconds": 0}
+    task, context = render(nightly_ti(dags, "wait_for_logs", dt.date(2026, 3, 14), conf))
+    with pytest.raises(AirflowSensorTimeout, match=r"timeout of 0\.0\b"):
+        task.execute(context)
+
+
+@pytest.mark.parametrize(
+    "conf", [{"ready_poke_interval_seconds": 0}, {"ready_timeout_seconds": "an hour"}]
+)
+def test_sensor_params_are_validated(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch, conf: dict[str, Any]
+) -> None:
+    with pytest.raises(ParamValidationError):
+        render(nightly_ti(dags, "wait_for_logs", dt.date(2026, 3, 14), conf))
 
 
 # --- backfill: the rendered command ---------------------------------------------------------

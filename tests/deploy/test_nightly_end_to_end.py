@@ -4,9 +4,12 @@ the main venv (.venv, which `make test-deploy` builds first) runs jobs/*.py with
 generated logs, into a temporary warehouse.
 
 One generated history of five days (600 queries a day, over alerts.min_queries), the last day a
-planted regression (every query repeats more: fewer distinct clusters); one warehouse for all:
+planted regression (every query repeats more: fewer distinct clusters); one warehouse for all.
+The config expects a `_SUCCESS` marker in each day's partition, and every day but day 4 has one:
 1. `logmetrics_backfill` publishes the first three days (the baseline);
-2. `logmetrics_nightly` for day 4, a quiet day: the run and its alerts task succeed;
+2. `logmetrics_nightly` for day 4, a quiet day whose marker is missing: the sensor pokes (the
+   real `logmetrics ready` exits 5) and is rescheduled until the marker appears, then the run and
+   its alerts task succeed;
 3. `logmetrics_nightly` for day 5, the regression: the run succeeds (the day is published), the
    alerts task exits 4 and fails the DAG run, once: it has no retries.
 
@@ -37,6 +40,9 @@ VENV_BIN = REPO / ".venv" / "bin"
 UTC = dt.UTC
 DAYS = [dt.date(2026, 11, 10) + dt.timedelta(days=i) for i in range(5)]
 QUIET, REGRESSED = DAYS[3], DAYS[4]
+MARKER = "_SUCCESS"
+# The sensor's wait in these runs: a poke a second (dag.test() checks for due tasks every second).
+FAST_POKES = {"ready_poke_interval_seconds": 1, "ready_timeout_seconds": 300}
 # Local Spark under spark-submit, tuned like the test suite's session (tests/conftest.py).
 FAST_SPARK = {
     "spark.sql.shuffle.partitions": "1",
@@ -72,10 +78,14 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
         *("--queries-per-day", "600", "--seed", "18", "--clean", "--clusters-format", "parquet"),
         *("--plant", f"{REGRESSED}:0.2"),
     )
+    # The log shipper has finished every day but QUIET.
+    for day in DAYS:
+        if day != QUIET:
+            (_partition(data, day) / MARKER).touch()
     config = root / "job.yaml"
     config.write_text(
         "inputs:\n"
-        f"  served_logs: {{path: '{data / 'served_logs'}'}}\n"
+        f"  served_logs: {{path: '{data / 'served_logs'}', ready_marker: {MARKER}}}\n"
         f"  clusters: {{path: '{data / 'clusters_parquet'}', format: parquet}}\n"
         f"output: {{warehouse: '{warehouse}'}}\n"
         "metrics: {ks: [10]}\n"
@@ -103,12 +113,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
     from airflow.utils.db import initdb
 
     initdb()
-    yield {"warehouse": warehouse}
+    yield {"warehouse": warehouse, "data": data}
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+def _partition(data: Path, day: dt.date) -> Path:
+    """The day's directory of the generated served logs, where its ready marker goes."""
+    return data / "served_logs" / f"date={day}"
 
 
 def _dag(dag_id: str) -> Any:
@@ -125,10 +140,24 @@ def _states(run: Any) -> dict[str, tuple[str, int]]:
     return {ti.task_id: (str(ti.state), ti.try_number) for ti in run.get_task_instances()}
 
 
-def _nightly(day: dt.date) -> Any:
-    """A manual nightly run whose data interval is `day` (the run after it, at 02:00 UTC)."""
+def _nightly(day: dt.date, dag: Any = None) -> Any:
+    """A manual nightly run whose data interval is `day` (the run after it, at 02:00 UTC), its
+    sensor poking every second."""
     logical_date = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(2), tzinfo=UTC)
-    return _dag("logmetrics_nightly").test(logical_date=logical_date)
+    dag = dag or _dag("logmetrics_nightly")
+    return dag.test(logical_date=logical_date, run_conf=FAST_POKES)
+
+
+def _reschedules(run: Any, task_id: str) -> int:
+    """How many times the task was rescheduled (gave back its slot to poke again later)."""
+    from airflow.models.taskreschedule import TaskReschedule
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select
+
+    (ti,) = [ti for ti in run.get_task_instances() if ti.task_id == task_id]
+    with create_session() as session:
+        query = select(func.count()).where(TaskReschedule.ti_id == ti.id)
+        return int(session.scalar(query))
 
 
 def read_delta(path: Path) -> list[dict[str, Any]]:
@@ -168,10 +197,36 @@ def test_backfill_dag_publishes_the_baseline(world: dict[str, Path]) -> None:
     assert {row["status"] for row in alerts} == {"insufficient_baseline"}
 
 
-def test_nightly_quiet_day_succeeds(world: dict[str, Path]) -> None:
-    run = _nightly(QUIET)
+def test_nightly_waits_for_the_ready_marker_then_publishes_a_quiet_day(
+    world: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """QUIET's marker is missing: each poke runs the real `logmetrics ready`, which exits 5, and
+    the sensor is rescheduled; after the second such poke the shipper writes the marker (from
+    inside the poke, so the count does not depend on timing); the third poke finds it."""
+    marker = _partition(world["data"], QUIET) / MARKER
+    assert not marker.exists()
+    dag = _dag("logmetrics_nightly")  # each parse defines the sensor's class anew: patch this one
+    sensor_class = type(dag.get_task("wait_for_logs"))
+    real_poke = sensor_class.poke
+    pokes: list[tuple[bool, bool]] = []  # (marker there before the poke, poke said ready)
+
+    def poke(self: Any, context: Any) -> bool:
+        had_marker = marker.exists()
+        ready = real_poke(self, context)
+        pokes.append((had_marker, ready))
+        if len(pokes) == 2:
+            marker.touch()
+        return ready
+
+    monkeypatch.setattr(sensor_class, "poke", poke)
+    run = _nightly(QUIET, dag)
+    printed = "".join(capfd.readouterr())
+    assert f"input not ready: {QUIET}: no {marker}; its logs have not all landed" in printed
+    assert pokes == [(False, False), (False, False), (True, True)]
+    assert _reschedules(run, "wait_for_logs") == 2  # reschedule mode: no slot held meanwhile
     states = _states(run)
     assert str(run.state) == "success", states
+    assert states["wait_for_logs"] == ("success", 1)  # waiting is not a retry
     assert states["choose_runner"] == ("success", 1)
     assert states["spark_submit"] == ("success", 1)
     assert states["spark_submit_alerts"] == ("success", 1)
@@ -196,6 +251,8 @@ def test_nightly_regression_fails_on_the_alerts_task_without_retry(
     assert "Error code is: 4." in printed
     states = _states(run)
     assert str(run.state) == "failed", states
+    assert states["wait_for_logs"] == ("success", 1)  # its marker was there: no wait
+    assert _reschedules(run, "wait_for_logs") == 0
     assert states["spark_submit"] == ("success", 1)  # the day is published: it is real data
     assert states["spark_submit_alerts"] == ("failed", 1)  # exit 4, and no second try
     assert states["databricks"][0] == states["databricks_alerts"][0] == "skipped"

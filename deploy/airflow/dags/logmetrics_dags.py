@@ -8,6 +8,13 @@ What: each DAG renders one `logmetrics` command (`run --config C --date D`, or
 - `databricks`: DatabricksSubmitRunOperator runs the logmetrics wheel as a `python_wheel_task`
   (entry point `logmetrics`, the full argument list) on a new job cluster.
 
+The nightly DAG first waits, on the Airflow worker whichever path runs the job, until the day's
+logs have landed: the sensor `wait_for_logs` pokes `logmetrics ready --config C --date D` in
+reschedule mode (the worker slot is free between pokes) every `ready_poke_interval_seconds`, for
+at most `ready_timeout_seconds` (DAG params). Exit 5 (not ready) pokes again; any other failure (2,
+a bad config) fails the task at once, since waiting would not mend it. With no
+`inputs.served_logs.ready_marker` in the config `ready` answers 0 and the run starts at once.
+
 The nightly DAG then runs, on the same path, `logmetrics alerts --config C --start D --end D
 --fail-on-alert` (`jobs/alerts.py`): the day just published judged against its baseline, from
 the daily table alone. It exits 4 on an alert, so the DAG run turns red (and notifies) without
@@ -25,11 +32,13 @@ connections; their ids are Variables too. deploy/airflow/README.md lists the Var
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.databricks.operators.databricks import DatabricksSubmitRunOperator
-from airflow.sdk import DAG, CronDataIntervalTimetable, Param, Variable, task
+from airflow.sdk import DAG, BaseSensorOperator, CronDataIntervalTimetable, Param, Variable, task
+from airflow.sdk.exceptions import AirflowFailException
 
 # Same value as logmetrics.session.DELTA_PACKAGE (tests/deploy/test_dags.py checks they match).
 # Under spark-submit logmetrics uses the session it is given, so the jar and Delta's two session
@@ -71,6 +80,16 @@ def _var(key: str, default: str | None = None) -> str:
 
 
 CONFIG = _var("logmetrics_config", "conf/local.yaml")
+# The config as the Airflow worker sees it, for the sensor: the run's own unless a Variable says
+# otherwise (on Databricks the run's config and logs are paths only the cluster can read).
+READY_CONFIG = (
+    "{{ var.value.get('logmetrics_ready_config', "
+    "var.value.get('logmetrics_config', 'conf/local.yaml')) }}"
+)
+
+NOT_READY = 5  # `logmetrics ready`'s (and `run`'s) exit status while a day's logs are landing
+READY_POKE_INTERVAL = 5 * 60  # seconds: defaults of the nightly DAG's params
+READY_TIMEOUT = 6 * 60 * 60
 
 
 class _SparkSubmit(SparkSubmitOperator):
@@ -94,6 +113,45 @@ class _WheelSubmitRun(DatabricksSubmitRunOperator):
         payload: dict[str, Any] = super()._prepare_submit_json(context)
         payload.get("python_wheel_task", {}).pop("named_parameters", None)
         return payload
+
+
+class _LogsReady(BaseSensorOperator):
+    """Pokes `logmetrics ready ...` (the `command` list) on the worker until it exits 0; exit 5
+    means not yet, any other exit fails the task at once (AirflowFailException: no retry).
+
+    Not the standard provider's BashSensor, although its `retry_exit_code=5` means the same: it
+    runs its script through bash in a fresh temporary directory, where the relative default
+    config (`conf/local.yaml`) would not be the file the run task reads, and a Variable holding a
+    space would split. This runs the argument list in the worker's directory, as spark-submit
+    does. Its poke interval and timeout are the run's params, read when the task runs.
+    """
+
+    template_fields = ("command",)
+
+    def __init__(self, *, command: list[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.command = command
+
+    def execute(self, context: Any) -> Any:
+        params = context["params"]
+        self.poke_interval = float(params["ready_poke_interval_seconds"])
+        self.timeout = float(params["ready_timeout_seconds"])
+        return super().execute(context)
+
+    def poke(self, context: Any) -> bool:
+        try:
+            done = subprocess.run(
+                self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        except OSError as error:  # no such executable: the Variable logmetrics_executable
+            raise AirflowFailException(f"cannot run {self.command[0]!r}: {error}") from error
+        for line in done.stdout.splitlines():
+            self.log.info("%s", line)
+        if done.returncode == 0:
+            return True
+        if done.returncode == NOT_READY:
+            return False
+        raise AirflowFailException(f"{self.command[0]} ready exited with {done.returncode}")
 
 
 @task.branch(task_id="choose_runner")
@@ -150,12 +208,31 @@ def _databricks(task_id: str, command: str, args: list[str], name: str, **kwargs
     )
 
 
-def _runner_tasks(script: str, command: str, args: list[str], name: str) -> tuple[Any, Any]:
-    """choose_runner >> [spark_submit, databricks], both running `logmetrics <command> <args>`;
-    returns the two path tasks."""
+def _wait_for_logs(day: str) -> Any:
+    """The sensor that holds the run until `logmetrics ready` says `day`'s logs have landed."""
+    return _LogsReady(
+        task_id="wait_for_logs",
+        command=[_var("logmetrics_executable", "logmetrics"), "ready"]
+        + ["--config", READY_CONFIG, "--date", day],
+        mode="reschedule",
+        poke_interval=READY_POKE_INTERVAL,  # replaced by the run's params when it runs
+        timeout=READY_TIMEOUT,
+        # One poke is one short process; a hung one (a remote store) frees the slot.
+        execution_timeout=dt.timedelta(minutes=10),
+    )
+
+
+def _runner_tasks(
+    script: str, command: str, args: list[str], name: str, after: Any = None
+) -> tuple[Any, Any]:
+    """[after >>] choose_runner >> [spark_submit, databricks], both running
+    `logmetrics <command> <args>`; returns the two path tasks."""
     spark_submit = _spark_submit("spark_submit", script, args, name)
     databricks = _databricks("databricks", command, args, name)
-    choose_runner() >> [spark_submit, databricks]
+    branch = choose_runner()
+    if after is not None:
+        after >> branch
+    branch >> [spark_submit, databricks]
     return spark_submit, databricks
 
 
@@ -190,6 +267,21 @@ with DAG(
         "depends_on_past": False,
         "execution_timeout": dt.timedelta(hours=4),
     },
+    # How the sensor waits for the day's logs; a manual run may set others.
+    params={
+        "ready_poke_interval_seconds": Param(
+            READY_POKE_INTERVAL,
+            type="integer",
+            minimum=1,
+            description="seconds between two `logmetrics ready` checks of the day's logs",
+        ),
+        "ready_timeout_seconds": Param(
+            READY_TIMEOUT,
+            type="integer",
+            minimum=0,
+            description="seconds from the first check after which a day not ready fails the run",
+        ),
+    },
     tags=["logmetrics"],
     doc_md=__doc__,
 ):
@@ -198,6 +290,7 @@ with DAG(
         command="run",
         args=["--config", CONFIG, "--date", DAY],
         name="logmetrics-nightly-" + DAY,
+        after=_wait_for_logs(DAY),
     )
     _alerts_tasks(nightly, DAY, name="logmetrics-alerts-" + DAY)
 
