@@ -583,6 +583,7 @@ def _cmd_maintain(args: argparse.Namespace) -> int:
     from logmetrics.tables.catalog import (
         OUTPUT_TABLES,
         Table,
+        apply_table_properties,
         optimize,
         small_listings,
         table_ref,
@@ -593,11 +594,14 @@ def _cmd_maintain(args: argparse.Namespace) -> int:
 
     def maintain(table: Table) -> str:
         where = table_ref(config.output, table)
+        properties = apply_table_properties(spark, config.output, table)
         compacted = optimize(spark, config.output, table)
         if compacted is None:
             return f"{table.name}: not written yet ({where})"
         removed, added = compacted
         line = f"{table.name}: OPTIMIZE compacted {removed} file(s) into {added}"
+        if properties:
+            line += "; table properties set"
         if not args.no_vacuum:
             vacuum(spark, config.output, table, args.vacuum_retain_hours)
             line += f"; VACUUM kept the files of the last {args.vacuum_retain_hours} hours"
