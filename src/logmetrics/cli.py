@@ -13,6 +13,7 @@
     logmetrics alerts   --config FILE --start D1 --end D2 [--fail-on-alert]
                                                    re-judge published days against their baselines
                         (or --day-before D: the one day before D)
+    logmetrics views    --config FILE                            the BI views; table properties
 
 Exit status: 0 success, 1 bad input or a failed run, 2 bad config or command line, 3 a day
 failed a blocking data-quality check, 4 `alerts --fail-on-alert` found an alert in its range,
@@ -190,6 +191,14 @@ def _parser() -> argparse.ArgumentParser:
         help="exit 4 when any day of the range has an `alert` (improvements do not count)",
     )
     alerts.set_defaults(handler=_cmd_alerts)
+
+    views = commands.add_parser(
+        "views",
+        help="create or replace the BI views over the tables, and set output.table_properties "
+        "on the tables that exist",
+    )
+    _config_arguments(views)
+    views.set_defaults(handler=_cmd_views)
 
     demo = commands.add_parser("demo", help="generate a month of traffic, backfill it, print it")
     demo.add_argument("--config", action="append", default=None, help=f"default {DEMO_CONFIG}")
@@ -626,6 +635,21 @@ def _cmd_alerts(args: argparse.Namespace) -> int:
     alerts = announce(rows)
     if alerts and args.fail_on_alert:
         raise AlertsFired(f"{alerts} alert(s) from {start} to {end} (--fail-on-alert)")
+    return 0
+
+
+def _cmd_views(args: argparse.Namespace) -> int:
+    config = load_config(args.config, args.set)
+    from logmetrics.session import get_spark
+    from logmetrics.tables.catalog import OUTPUT_TABLES, apply_table_properties
+    from logmetrics.tables.views import create_views
+
+    spark = get_spark(config.spark)
+    for table in OUTPUT_TABLES:
+        if apply_table_properties(spark, config.output, table):
+            print(f"{table.name}: table properties set", flush=True)
+    for view in create_views(spark, config.output):
+        print(f"view: {view}", flush=True)
     return 0
 
 
