@@ -16,6 +16,7 @@ from pyspark.sql.types import StructType
 from pyspark.testing import assertDataFrameEqual
 
 from logmetrics.config import OutputConfig
+from logmetrics.errors import InputError
 from logmetrics.tables.catalog import (
     DAILY_TABLE,
     RunStamp,
@@ -153,3 +154,8 @@ def test_every_view_file_names_a_view_and_only_schema_references() -> None:
     for _, statement in statements:
         assert "${" not in statement
         assert "FROM `main`.`bi`.`unique_clusters_daily`" in statement
+
+
+def test_no_views_before_the_daily_table_exists(spark: SparkSession, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no views: unique_clusters_daily is not written yet"):
+        create_views(spark, OutputConfig(warehouse=str(tmp_path / "empty")))

@@ -15,7 +15,15 @@ from importlib.resources import files
 from pyspark.sql import SparkSession
 
 from logmetrics.config import OutputConfig
-from logmetrics.tables.catalog import OUTPUT_TABLES, quote_identifier, sql_target, table_ref
+from logmetrics.errors import InputError
+from logmetrics.tables.catalog import (
+    DAILY_TABLE,
+    OUTPUT_TABLES,
+    quote_identifier,
+    read_table,
+    sql_target,
+    table_ref,
+)
 
 _REFERENCE = re.compile(r"\$\{schema\}\.([A-Za-z_][A-Za-z0-9_]*)")
 _VIEW = re.compile(r"CREATE OR REPLACE VIEW \$\{schema\}\.([A-Za-z_][A-Za-z0-9_]*)")
@@ -48,7 +56,11 @@ def view_statements(output: OutputConfig) -> list[tuple[str, str]]:
 
 
 def create_views(spark: SparkSession, output: OutputConfig) -> list[str]:
-    """Create or replace every view; their SQL names."""
+    """Create or replace every view; their SQL names. The views read the daily table, which
+    must exist (a view over a missing table is an analysis error)."""
+    if read_table(spark, output, DAILY_TABLE) is None:
+        where = table_ref(output, DAILY_TABLE)
+        raise InputError(f"no views: {DAILY_TABLE.name} is not written yet ({where})")
     created = []
     for view, statement in view_statements(output):
         spark.sql(statement)
