@@ -55,6 +55,7 @@ LONGEST_FIRST = (
     "test_reliability.py",
     "test_properties.py",
     "test_alerts_end_to_end.py",
+    "test_hive_metastore.py",  # four JVMs one after another: 1.5 to 3.5 minutes on 2 cores
     "test_cli_process.py",
     "test_evaluation.py",
 )

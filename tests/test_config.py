@@ -199,3 +199,28 @@ def test_job_entry_points_accept_global_options_anywhere(
     argv = ["--config", str(config_file), "--log-format", "json", "--start", "2026-01-05"]
     assert run_job("backfill", [*argv, "--end", "2026-01-01"]) == 2
     assert "is after --end" in capsys.readouterr().err
+
+
+def test_table_properties_are_strings_as_a_table_holds_them(config_file: Path) -> None:
+    config = load_config(
+        [config_file],
+        [
+            "output.table_properties={delta.enableChangeDataFeed: true, "
+            "delta.logRetentionDuration: interval 60 days, delta.dataSkippingNumIndexedCols: 8}"
+        ],
+    )
+    assert config.output.table_properties == {
+        "delta.enableChangeDataFeed": "true",
+        "delta.logRetentionDuration": "interval 60 days",
+        "delta.dataSkippingNumIndexedCols": "8",
+    }
+    assert load_config([config_file]).output.table_properties == {}
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['{"delta.x\') DROP": 1}', "{'': x}", "[delta.enableChangeDataFeed]", "{a: [1]}"],
+)
+def test_bad_table_properties_are_named(config_file: Path, value: str) -> None:
+    with pytest.raises(ConfigError, match=r"output\.table_properties"):
+        load_config([config_file], [f"output.table_properties={value}"])

@@ -455,11 +455,16 @@ def test_maintain_compacts_every_table_without_changing_a_row(
     before = _rows(_table(spark, warehouse, "unique_clusters_daily"), ["metric_date", "k"])
     assert files() == 2
     capsys.readouterr()
-    assert main(["maintain", "--config", str(config)]) == 0
+    retention = "output.table_properties={delta.logRetentionDuration: interval 60 days}"
+    assert main(["maintain", "--config", str(config), "--set", retention]) == 0
     out = capsys.readouterr().out
-    assert "unique_clusters_daily: OPTIMIZE compacted 2 file(s) into 1" in out
+    assert (
+        "unique_clusters_daily: OPTIMIZE compacted 2 file(s) into 1; table properties set"
+    ) in out  # the tables written before the property was configured get it
     assert "evaluation_results: not written yet" in out
     assert files() == 1
+    properties = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {daily}").collect()}
+    assert properties["delta.logRetentionDuration"] == "interval 60 days"
     after = _rows(_table(spark, warehouse, "unique_clusters_daily"), ["metric_date", "k"])
     assert after == before
     assert main(["maintain", "--config", str(config), "--vacuum-retain-hours", "1"]) == 2

@@ -1,5 +1,6 @@
-"""The BI views in deploy/sql/ run on Spark SQL over the tables as written, and give the figures
-worked out by hand (weekly figures from added counts, week-over-week changes, the 90 days)."""
+"""The BI views (src/logmetrics/tables/sql/) run on Spark SQL over the tables as written, and
+give the figures worked out by hand (weekly figures from added counts, week-over-week changes,
+the 90 days); `logmetrics views` creates the same views over a path warehouse."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
+from pyspark.testing import assertDataFrameEqual
 
 from logmetrics.config import OutputConfig
+from logmetrics.errors import InputError
 from logmetrics.tables.catalog import (
     DAILY_TABLE,
     RunStamp,
@@ -21,9 +24,10 @@ from logmetrics.tables.catalog import (
     table_location,
     with_run_stamp,
 )
+from logmetrics.tables.views import create_views, view_statements
 
 RUN_FIELDS = {"cluster_table_version", "run_id", "computed_at"}
-SQL = Path(__file__).resolve().parents[1] / "deploy" / "sql"
+SQL = Path(__file__).resolve().parents[1] / "src" / "logmetrics" / "tables" / "sql"
 MONDAY = dt.date(2026, 11, 2)
 OLD_DAY = dt.date(2026, 8, 1)  # more than 90 days before the latest date, 2026-11-15
 
@@ -52,8 +56,8 @@ def _daily_row(
 
 
 @pytest.fixture(scope="module")
-def schema(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A catalog schema holding unique_clusters_daily: two full ISO weeks and an old day."""
+def warehouse(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A path warehouse holding unique_clusters_daily: two full ISO weeks and an old day."""
     root = tmp_path_factory.mktemp("bi")
     rows = [_daily_row(OLD_DAY, [0, 1, 0], 0)]
     for i in range(7):  # week 1: 0, 1, 2, 2 clusters; 1 missing of 8 results, every day
@@ -69,9 +73,16 @@ def schema(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Ite
     stamp = RunStamp("test", dt.datetime(2026, 11, 16, tzinfo=dt.UTC), None)
     dates = sorted({r["metric_date"] for r in rows})
     replace_dates(spark, with_run_stamp(df, stamp), output, DAILY_TABLE, dates)
+    return root / "warehouse"
+
+
+@pytest.fixture(scope="module")
+def schema(spark: SparkSession, warehouse: Path) -> Iterator[str]:
+    """A catalog schema holding that table, and the views created by spark-sql's templating."""
+    root = warehouse.parent
     name = f"bi_{uuid.uuid4().hex[:8]}"
     spark.sql(f"CREATE DATABASE {name} LOCATION '{root / 'db'}'")
-    location = table_location(str(root / "warehouse"), DAILY_TABLE)
+    location = table_location(str(warehouse), DAILY_TABLE)
     spark.sql(f"CREATE TABLE {name}.unique_clusters_daily USING DELTA LOCATION '{location}'")
     spark.conf.set("schema", name)
     for view in sorted(SQL.glob("*.sql")):
@@ -112,3 +123,39 @@ def test_latest_90_days_counts_back_from_the_newest_date(spark: SparkSession, sc
     assert dates == {MONDAY + dt.timedelta(days=i) for i in range(14)}
     assert view.where("segment = 'all'").count() == 14
     assert view.where("segment = 'surface'").count() == 1
+
+
+def test_logmetrics_views_over_a_path_warehouse_give_the_same_rows(
+    spark: SparkSession, schema: str, warehouse: Path
+) -> None:
+    """`logmetrics views` with output.warehouse: the views read delta.`<path>` and land in the
+    session's current schema; their rows are those of the views spark-sql's templating made."""
+    current = spark.catalog.currentDatabase()
+    scratch = f"bi_paths_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE DATABASE {scratch} LOCATION '{warehouse.parent / 'paths_db'}'")
+    spark.catalog.setCurrentDatabase(scratch)
+    try:
+        created = create_views(spark, OutputConfig(warehouse=str(warehouse)))
+        assert created == ["`unique_clusters_latest_90_days`", "`unique_clusters_weekly`"]
+        for view in ("unique_clusters_latest_90_days", "unique_clusters_weekly"):
+            assertDataFrameEqual(spark.table(f"{scratch}.{view}"), spark.table(f"{schema}.{view}"))
+        text = spark.sql(f"SHOW CREATE TABLE {scratch}.unique_clusters_weekly").first()[0]
+        assert f"delta.`{warehouse / 'unique_clusters_daily'}`" in text
+    finally:
+        spark.catalog.setCurrentDatabase(current)
+        spark.sql(f"DROP DATABASE {scratch} CASCADE")
+
+
+def test_every_view_file_names_a_view_and_only_schema_references() -> None:
+    statements = view_statements(OutputConfig(catalog="main", schema="bi"))
+    assert [name for name, _ in statements] == [
+        f"`main`.`bi`.`{path.stem}`" for path in sorted(SQL.glob("*.sql"))
+    ]
+    for _, statement in statements:
+        assert "${" not in statement
+        assert "FROM `main`.`bi`.`unique_clusters_daily`" in statement
+
+
+def test_no_views_before_the_daily_table_exists(spark: SparkSession, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no views: unique_clusters_daily is not written yet"):
+        create_views(spark, OutputConfig(warehouse=str(tmp_path / "empty")))

@@ -2,6 +2,7 @@
 
     logmetrics run      --config FILE [--date YYYY-MM-DD]        one day (default: yesterday, UTC),
                                                    and restate the nightly.lookback_days before it
+                        [--day-before YYYY-MM-DD]                 or the day before a trigger date
     logmetrics backfill --config FILE --start D1 --end D2        an inclusive range, in chunks
     logmetrics ready    --config FILE [--date YYYY-MM-DD]        have the day's logs all landed?
     logmetrics generate --out DIR --start D --days N --queries-per-day Q --seed S
@@ -11,6 +12,8 @@
     logmetrics maintain --config FILE [--no-vacuum]              OPTIMIZE and VACUUM every table
     logmetrics alerts   --config FILE --start D1 --end D2 [--fail-on-alert]
                                                    re-judge published days against their baselines
+                        (or --day-before D: the one day before D)
+    logmetrics views    --config FILE                            the BI views; table properties
 
 Exit status: 0 success, 1 bad input or a failed run, 2 bad config or command line, 3 a day
 failed a blocking data-quality check, 4 `alerts --fail-on-alert` found an alert in its range,
@@ -93,7 +96,9 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="compute one day (the nightly job)")
     _config_arguments(run)
-    run.add_argument("--date", type=_date, help="UTC date to compute (default: yesterday, UTC)")
+    day = run.add_mutually_exclusive_group()
+    day.add_argument("--date", type=_date, help="UTC date to compute (default: yesterday, UTC)")
+    _day_before_argument(day)
     run.set_defaults(handler=_cmd_run)
 
     ready = commands.add_parser(
@@ -177,13 +182,23 @@ def _parser() -> argparse.ArgumentParser:
         help="judge published days against their baselines, from the published daily table",
     )
     _config_arguments(alerts)
-    _range_arguments(alerts)
+    alerts.add_argument("--start", type=_date, help="first date, YYYY-MM-DD")
+    alerts.add_argument("--end", type=_date, help="last date, YYYY-MM-DD")
+    _day_before_argument(alerts)
     alerts.add_argument(
         "--fail-on-alert",
         action="store_true",
         help="exit 4 when any day of the range has an `alert` (improvements do not count)",
     )
     alerts.set_defaults(handler=_cmd_alerts)
+
+    views = commands.add_parser(
+        "views",
+        help="create or replace the BI views over the tables, and set output.table_properties "
+        "on the tables that exist",
+    )
+    _config_arguments(views)
+    views.set_defaults(handler=_cmd_views)
 
     demo = commands.add_parser("demo", help="generate a month of traffic, backfill it, print it")
     demo.add_argument("--config", action="append", default=None, help=f"default {DEMO_CONFIG}")
@@ -239,6 +254,42 @@ def _range_arguments(parser: argparse.ArgumentParser) -> None:
     """--start and --end, both required: an inclusive range of UTC days."""
     parser.add_argument("--start", type=_date, required=True, help="first date, YYYY-MM-DD")
     parser.add_argument("--end", type=_date, required=True, help="last date, YYYY-MM-DD")
+
+
+def _day_before_argument(parser: argparse._ActionsContainer) -> None:
+    parser.add_argument(
+        "--day-before",
+        type=_day_before,
+        metavar="YYYY-MM-DD",
+        help="the day before this date: for a scheduler's trigger date (Databricks' "
+        "{{job.trigger.time.iso_date}}), so every task of a run, and its repair, names one day",
+    )
+
+
+def _day_before(text: str) -> dt.date:
+    day = _date(text)
+    if day == dt.date.min:
+        raise argparse.ArgumentTypeError(f"{text!r} has no day before it")
+    return day - dt.timedelta(days=1)
+
+
+def _run_day(args: argparse.Namespace) -> dt.date:
+    """The day `run` computes: --date, the day before --day-before, or yesterday (UTC)."""
+    if args.day_before is not None:
+        return args.day_before
+    return args.date or _yesterday()
+
+
+def _alerts_range(args: argparse.Namespace) -> tuple[dt.date, dt.date]:
+    """The days `alerts` judges: --start to --end, or the one day before --day-before."""
+    if args.day_before is not None:
+        if args.start is not None or args.end is not None:
+            raise ConfigError("logmetrics alerts: --day-before replaces --start and --end")
+        return args.day_before, args.day_before
+    if args.start is None or args.end is None:
+        raise ConfigError("logmetrics alerts: give --start and --end, or --day-before")
+    _check_range(args.start, args.end)
+    return args.start, args.end
 
 
 def _check_range(start: dt.date | None, end: dt.date | None) -> None:
@@ -348,7 +399,7 @@ def _yesterday() -> dt.date:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    day = args.date or _yesterday()
+    day = _run_day(args)
     config = load_config(args.config, args.set)
     lookback = [day - dt.timedelta(days=i) for i in range(config.nightly.lookback_days, 0, -1)]
     start = lookback[0] if lookback else day
@@ -541,6 +592,7 @@ def _cmd_maintain(args: argparse.Namespace) -> int:
     from logmetrics.tables.catalog import (
         OUTPUT_TABLES,
         Table,
+        apply_table_properties,
         optimize,
         small_listings,
         table_ref,
@@ -551,11 +603,14 @@ def _cmd_maintain(args: argparse.Namespace) -> int:
 
     def maintain(table: Table) -> str:
         where = table_ref(config.output, table)
+        properties = apply_table_properties(spark, config.output, table)
         compacted = optimize(spark, config.output, table)
         if compacted is None:
             return f"{table.name}: not written yet ({where})"
         removed, added = compacted
         line = f"{table.name}: OPTIMIZE compacted {removed} file(s) into {added}"
+        if properties:
+            line += "; table properties set"
         if not args.no_vacuum:
             vacuum(spark, config.output, table, args.vacuum_retain_hours)
             line += f"; VACUUM kept the files of the last {args.vacuum_retain_hours} hours"
@@ -569,17 +624,32 @@ def _cmd_maintain(args: argparse.Namespace) -> int:
 
 
 def _cmd_alerts(args: argparse.Namespace) -> int:
-    _check_range(args.start, args.end)
+    start, end = _alerts_range(args)
     config = load_config(args.config, args.set)
     from logmetrics.flows.alerts import announce, publish_alerts
     from logmetrics.session import get_spark
 
     computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    days = [args.start + dt.timedelta(days=i) for i in range((args.end - args.start).days + 1)]
+    days = [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
     rows = publish_alerts(get_spark(config.spark), config, days, args.run_id, computed_at)
     alerts = announce(rows)
     if alerts and args.fail_on_alert:
-        raise AlertsFired(f"{alerts} alert(s) from {args.start} to {args.end} (--fail-on-alert)")
+        raise AlertsFired(f"{alerts} alert(s) from {start} to {end} (--fail-on-alert)")
+    return 0
+
+
+def _cmd_views(args: argparse.Namespace) -> int:
+    config = load_config(args.config, args.set)
+    from logmetrics.session import get_spark
+    from logmetrics.tables.catalog import OUTPUT_TABLES, apply_table_properties
+    from logmetrics.tables.views import create_views
+
+    spark = get_spark(config.spark)
+    for table in OUTPUT_TABLES:
+        if apply_table_properties(spark, config.output, table):
+            print(f"{table.name}: table properties set", flush=True)
+    for view in create_views(spark, config.output):
+        print(f"view: {view}", flush=True)
     return 0
 
 

@@ -30,6 +30,7 @@ from logmetrics.errors import ConfigError
 from logmetrics.redaction import REDACTED, looks_secret
 
 _COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PROPERTY_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _RESERVED_COLUMNS = {"request_id", "served_at", "results", "metric_date"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SPARK_KEY = re.compile(r"^[^\s=]+$")
@@ -141,6 +142,29 @@ class OutputConfig(_Section):
         alias="schema",
         description="Schema (database) of the tables; when set, tables are named, not paths.",
     )
+
+    table_properties: dict[str, Text] = Field(
+        default_factory=dict,
+        description="Table properties (TBLPROPERTIES) of every output table: set when a table "
+        "is created, and on existing tables by `logmetrics views` and `logmetrics maintain`.",
+    )
+
+    @field_validator("table_properties", mode="before")
+    @classmethod
+    def _properties(cls, value: object) -> object:
+        """YAML's `true` and `30` are the strings 'true' and '30' a table property holds."""
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not _PROPERTY_KEY.match(key):
+                raise ValueError(f"{key!r} is not a table property name (letters, digits, . _ -)")
+            if isinstance(item, bool):
+                item = "true" if item else "false"
+            elif isinstance(item, int | float):
+                item = str(item)
+            out[key] = item
+        return out
 
     @field_validator("catalog", "schema_name")
     @classmethod

@@ -1,7 +1,12 @@
 """deploy/databricks/databricks.yml names things that must exist: the wheel's console script,
 the files it builds from and ships, the variables it references, and `logmetrics` arguments
 that the real command line parser accepts. Needs only PyYAML and the repository; runs in the
-main suite (and in `make test-deploy`, minus the two checks that need logmetrics itself).
+main suite (and in `make test-deploy`, minus the checks that need logmetrics itself).
+
+In `make test-deploy` every job, its variables substituted (defaults, the target's values,
+samples for the variables without a default), is also loaded through Databricks' own typed
+models (`databricks-bundles`: `Job.from_dict`, which rejects an unknown or misplaced field and
+a value of the wrong type); the main venv does not install them, so those checks skip there.
 """
 
 from __future__ import annotations
@@ -23,9 +28,21 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 VAR_REF = re.compile(r"\$\{var\.([A-Za-z0-9_]+)\}")
 JOB_PARAM_REF = re.compile(r"\{\{\s*job\.parameters\.([A-Za-z0-9_]+)\s*\}\}")
+TRIGGER_DATE_REF = "{{job.trigger.time.iso_date}}"
 # Sample values for the references a task's parameters may hold, to parse them as Databricks
 # would pass them once resolved.
 SAMPLE_JOB_PARAMETERS = {"start": "2026-03-01", "end": "2026-03-14"}
+SAMPLE_TRIGGER_DATE = "2026-03-02"
+# Values for what the CLI substitutes at deploy time, and for the variables every deploy must
+# give (they have no default).
+SAMPLE_SUBSTITUTIONS = {
+    "workspace.current_user.userName": "someone@example.com",
+    "bundle.name": "logmetrics",
+}
+SAMPLE_REQUIRED_VARIABLES = {
+    "failure_webhook_id": "0c6a5f0e-1d1b-4c43-9d5e-5a2d1e7b9f10",
+    "service_principal": "6f1d2e3c-4b5a-6978-8a9b-0c1d2e3f4a5b",
+}
 
 
 def logmetrics_parser() -> argparse.ArgumentParser:
@@ -70,6 +87,7 @@ def resolve(value: str, variables: dict[str, Any], job: dict[str, Any]) -> str:
 
     for _ in range(5):  # variable defaults may reference other variables
         value = VAR_REF.sub(lambda m: str(variables[m[1]]["default"]), value)
+    value = value.replace(TRIGGER_DATE_REF, SAMPLE_TRIGGER_DATE)
     return JOB_PARAM_REF.sub(job_param, value)
 
 
@@ -124,7 +142,7 @@ def test_wheel_tasks_run_the_console_script_of_this_wheel(bundle: dict[str, Any]
         (library,) = task["libraries"]
         assert (BUNDLE_DIR / library["whl"]).parent.resolve() == dist, job_key
         assert (BUNDLE_DIR / library["whl"]).name.endswith(".whl")
-    assert wheel_tasks == 2
+    assert wheel_tasks == 4  # nightly run and alerts, backfill, maintain
 
 
 def test_spark_python_tasks_name_existing_job_scripts(bundle: dict[str, Any]) -> None:
@@ -149,26 +167,95 @@ def test_runtime_is_spark_4_scala_2_13(bundle: dict[str, Any]) -> None:
     assert major >= 17 and version.endswith("-scala2.13"), version  # DBR 17+ is Spark 4
 
 
-def _arguments(bundle: dict[str, Any], job_key: str) -> list[str]:
+def _task(bundle: dict[str, Any], job_key: str, task_key: str | None = None) -> dict[str, Any]:
+    job_tasks = bundle["resources"]["jobs"][job_key]["tasks"]
+    if task_key is None:
+        (task,) = job_tasks
+        return task  # type: ignore[no-any-return]
+    (task,) = [t for t in job_tasks if t["task_key"] == task_key]
+    return task  # type: ignore[no-any-return]
+
+
+def _arguments(bundle: dict[str, Any], job_key: str, task_key: str | None = None) -> list[str]:
     job = bundle["resources"]["jobs"][job_key]
-    (task,) = job["tasks"]
-    raw = task["python_wheel_task"]["parameters"]
+    raw = _task(bundle, job_key, task_key)["python_wheel_task"]["parameters"]
     return [resolve(str(value), bundle["variables"], job) for value in raw]
 
 
-def test_nightly_runs_yesterday_on_a_daily_utc_schedule(bundle: dict[str, Any]) -> None:
+CONFIG = "/Volumes/main/logmetrics/config/logmetrics.yaml"
+
+
+def test_nightly_runs_the_day_before_its_trigger_date_on_a_daily_utc_schedule(
+    bundle: dict[str, Any],
+) -> None:
     job = bundle["resources"]["jobs"]["logmetrics_nightly"]
     assert job["schedule"]["quartz_cron_expression"] == "0 0 2 * * ?"
     assert job["schedule"]["timezone_id"] == "UTC"
     assert job["schedule"]["pause_status"] == "${var.nightly_pause_status}"
     assert job["max_concurrent_runs"] == 1
 
-    args = _arguments(bundle, "logmetrics_nightly")
-    assert args == ["run", "--config", "/Volumes/main/logmetrics/config/logmetrics.yaml"]
+    run = _task(bundle, "logmetrics_nightly", "run")
+    assert run["python_wheel_task"]["parameters"][-2:] == ["--day-before", TRIGGER_DATE_REF]
+    args = _arguments(bundle, "logmetrics_nightly", "run")
+    assert args == ["run", "--config", CONFIG, "--day-before", SAMPLE_TRIGGER_DATE]
     parsed = logmetrics_parser().parse_args(args)
     assert parsed.command == "run"
-    assert parsed.date is None  # logmetrics computes yesterday, UTC
-    assert parsed.config == ["/Volumes/main/logmetrics/config/logmetrics.yaml"]
+    assert parsed.config == [CONFIG]
+    from logmetrics.cli import _run_day
+
+    assert str(_run_day(parsed)) == "2026-03-01"  # the day before the trigger date
+
+
+def test_nightly_alerts_judge_the_day_the_run_computed_and_fail_the_job(
+    bundle: dict[str, Any],
+) -> None:
+    run, alerts = bundle["resources"]["jobs"]["logmetrics_nightly"]["tasks"]
+    assert alerts["task_key"] == "alerts"
+    assert alerts["depends_on"] == [{"task_key": run["task_key"]}]
+    assert "run_if" not in alerts  # the default, ALL_SUCCESS: no verdict on an unpublished day
+    assert alerts["max_retries"] == 0  # an alert fails the task, and so the job run
+    assert alerts["job_cluster_key"] == run["job_cluster_key"]
+    assert alerts["libraries"] == run["libraries"]
+
+    args = _arguments(bundle, "logmetrics_nightly", "alerts")
+    assert args == [
+        "alerts", "--config", CONFIG, "--day-before", SAMPLE_TRIGGER_DATE, "--fail-on-alert"
+    ]  # fmt: skip
+    parser = logmetrics_parser()
+    from logmetrics.cli import _alerts_range, _run_day
+
+    parsed = parser.parse_args(args)
+    assert parsed.fail_on_alert is True
+    day = _run_day(parser.parse_args(_arguments(bundle, "logmetrics_nightly", "run")))
+    assert _alerts_range(parsed) == (day, day)
+
+
+def test_maintain_runs_weekly_after_the_nightly(bundle: dict[str, Any]) -> None:
+    job = bundle["resources"]["jobs"]["logmetrics_maintain"]
+    assert job["schedule"]["quartz_cron_expression"] == "0 0 5 ? * SUN"
+    assert job["schedule"]["timezone_id"] == "UTC"
+    assert job["schedule"]["pause_status"] == "${var.maintain_pause_status}"
+    assert bundle["targets"]["prod"]["variables"]["maintain_pause_status"] == "UNPAUSED"
+    assert job["max_concurrent_runs"] == 1
+    args = _arguments(bundle, "logmetrics_maintain")
+    assert args == ["maintain", "--config", CONFIG]
+    assert logmetrics_parser().parse_args(args).command == "maintain"
+
+
+def test_every_job_notifies_failures_through_variables(bundle: dict[str, Any]) -> None:
+    for job_key, job in bundle["resources"]["jobs"].items():
+        assert job["email_notifications"] == {"on_failure": ["${var.failure_email}"]}, job_key
+        assert job["webhook_notifications"] == {
+            "on_failure": [{"id": "${var.failure_webhook_id}"}]
+        }, job_key
+    assert "default" not in bundle["variables"]["failure_webhook_id"]  # every deploy names one
+
+
+def test_prod_runs_as_a_service_principal(bundle: dict[str, Any]) -> None:
+    assert bundle["targets"]["prod"]["run_as"] == {
+        "service_principal_name": "${var.service_principal}"
+    }
+    assert "run_as" not in bundle["targets"]["dev"]  # dev runs as the deploying user
 
 
 def test_backfill_passes_its_job_parameters(bundle: dict[str, Any]) -> None:
@@ -187,3 +274,103 @@ def test_backfill_passes_its_job_parameters(bundle: dict[str, Any]) -> None:
     parsed = logmetrics_parser().parse_args(_arguments(bundle, "logmetrics_backfill"))
     assert parsed.command == "backfill"
     assert (str(parsed.start), str(parsed.end)) == ("2026-03-01", "2026-03-14")
+
+
+# --- Databricks' typed models (make test-deploy) -------------------------------------------
+
+
+def substituted(bundle: dict[str, Any], target: str) -> dict[str, Any]:
+    """The bundle as `target` deploys it, ${...} references replaced: a variable by the
+    target's value, else its default, else a sample (variables without a default); the CLI's
+    own substitutions by samples. Job parameters and {{...}} references stay: Databricks
+    resolves them when a run starts."""
+    values = {name: spec.get("default") for name, spec in bundle["variables"].items()}
+    values.update(bundle["targets"][target].get("variables", {}))
+    missing = {name for name, value in values.items() if value is None}
+    assert missing == set(SAMPLE_REQUIRED_VARIABLES), missing
+    values.update(SAMPLE_REQUIRED_VARIABLES)
+    known = {**{f"var.{k}": str(v) for k, v in values.items()}, **SAMPLE_SUBSTITUTIONS}
+    known["bundle.target"] = target
+    reference = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
+
+    def sub(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {key: sub(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [sub(value) for value in node]
+        if isinstance(node, str):
+            for _ in range(5):  # values may reference other variables
+                node = reference.sub(lambda m: known[m[1]], node)
+            assert "${" not in node, node
+        return node
+
+    result: dict[str, Any] = sub(
+        {key: value for key, value in bundle.items() if key not in ("variables", "targets")}
+    )
+    result["run_as"] = sub(bundle["targets"][target].get("run_as"))
+    return result
+
+
+def check_with_databricks_models(bundle: dict[str, Any]) -> int:
+    """Load every job of every target through `databricks.bundles.jobs.Job.from_dict`, and
+    prod's run_as through `JobRunAs`; raises on an unknown, misplaced or mistyped field.
+    Returns the number of jobs loaded."""
+    jobs_models = pytest.importorskip(
+        "databricks.bundles.jobs", reason="databricks-bundles is in make test-deploy's venv"
+    )
+    loaded = 0
+    for target in bundle["targets"]:
+        resolved = substituted(bundle, target)
+        for job in resolved["resources"]["jobs"].values():
+            jobs_models.Job.from_dict(job)
+            loaded += 1
+        if resolved["run_as"] is not None:
+            jobs_models.JobRunAs.from_dict(resolved["run_as"])
+    return loaded
+
+
+def test_every_job_loads_into_databricks_typed_models(bundle: dict[str, Any]) -> None:
+    assert check_with_databricks_models(bundle) == len(bundle["targets"]) * 3
+
+
+def test_the_models_really_reject_unknown_and_misplaced_fields() -> None:
+    """What the check rests on: Job.from_dict rejects what it does not know, wherever it is."""
+    jobs_models = pytest.importorskip("databricks.bundles.jobs")
+    with pytest.raises(ValueError, match="Unexpected field 'max_retrys' for class Task"):
+        jobs_models.Job.from_dict({"name": "x", "tasks": [{"task_key": "a", "max_retrys": 1}]})
+    with pytest.raises(ValueError, match="Unexpected field 'schedule' for class Task"):
+        jobs_models.Job.from_dict({"name": "x", "tasks": [{"task_key": "a", "schedule": {}}]})
+
+
+MUTATIONS = {
+    # a misspelt field in a task
+    "misspelt": (
+        "          max_retries: 0\n",
+        "          max_retrys: 0\n",
+        "Unexpected field 'max_retrys' for class Task",
+    ),
+    # a job-level field inside a task
+    "misplaced": (
+        "          max_retries: 0\n",
+        "          max_retries: 0\n          max_concurrent_runs: 1\n",
+        "Unexpected field 'max_concurrent_runs' for class Task",
+    ),
+    # a misspelt enum value
+    "bad value": (
+        "pause_status: ${var.nightly_pause_status}",
+        "pause_status: PAUSD",
+        "'PAUSD' is not a valid PauseStatus",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS)
+def test_a_misspelt_field_in_databricks_yml_fails_the_check(tmp_path: Path, mutation: str) -> None:
+    old, new, message = MUTATIONS[mutation]
+    text = (BUNDLE_DIR / "databricks.yml").read_text()
+    assert text.count(old) == 1, mutation
+    mutated = tmp_path / "databricks.yml"
+    mutated.write_text(text.replace(old, new))
+    pytest.importorskip("databricks.bundles.jobs")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_with_databricks_models(yaml.safe_load(mutated.read_text()))

@@ -145,22 +145,31 @@ class RunStamp:
 
 @dataclass(frozen=True)
 class TableRef:
-    """A Delta table by path (`location`) or by catalog name (`name`, quoted)."""
+    """A Delta table by path (`location`) or by catalog name (`name`, quoted), and the table
+    properties it is created with (`output.table_properties`)."""
 
     table: Table
     location: str | None = None
     name: str | None = None
+    properties: tuple[tuple[str, str], ...] = ()
 
     def __str__(self) -> str:
         return self.name or self.location or self.table.name
 
 
 def table_ref(output: OutputConfig, table: Table) -> TableRef:
+    properties = tuple(sorted(output.table_properties.items()))
     if output.schema_name is not None:
         parts = [output.catalog, output.schema_name, table.name]
-        return TableRef(table, name=".".join(quote_identifier(p) for p in parts if p is not None))
+        name = ".".join(quote_identifier(p) for p in parts if p is not None)
+        return TableRef(table, name=name, properties=properties)
     assert output.warehouse is not None  # OutputConfig guarantees one of the two
-    return TableRef(table, location=table_location(output.warehouse, table))
+    return TableRef(table, location=table_location(output.warehouse, table), properties=properties)
+
+
+def sql_target(ref: TableRef) -> str:
+    """The table in SQL: its catalog name, or delta.`path`."""
+    return ref.name or delta_path_identifier(str(ref.location))
 
 
 def table_location(warehouse: str, table: Table) -> str:
@@ -206,13 +215,30 @@ def ensure_table(spark: SparkSession, ref: TableRef) -> None:
     table = ref.table
     columns = ", ".join(_column_ddl(field) for field in table.schema.fields)
     partitioned = f" PARTITIONED BY ({', '.join(table.partition_by)})" if table.partition_by else ""
-    target = ref.name or delta_path_identifier(str(ref.location))
+    properties = f" TBLPROPERTIES ({_properties_sql(ref)})" if ref.properties else ""
     statement = (
-        f"CREATE TABLE IF NOT EXISTS {target} ({columns}) USING delta{partitioned} "
-        f"COMMENT {sql_string(table.comment)}"
+        f"CREATE TABLE IF NOT EXISTS {sql_target(ref)} ({columns}) USING delta{partitioned} "
+        f"COMMENT {sql_string(table.comment)}{properties}"
     )
     _retry_conflicts(lambda: spark.sql(statement), f"create {ref}")
     _ENSURED.add(str(ref))
+
+
+def apply_table_properties(spark: SparkSession, output: OutputConfig, table: Table) -> bool:
+    """Set `output.table_properties` on the table if it exists (ALTER TABLE ... SET
+    TBLPROPERTIES, one Delta commit): a table created before they were configured gets them
+    too. False when there is nothing to set or no table yet."""
+    ref = table_ref(output, table)
+    target = _existing_target(spark, output, table)
+    if not ref.properties or target is None:
+        return False
+    statement = f"ALTER TABLE {target} SET TBLPROPERTIES ({_properties_sql(ref)})"
+    _retry_conflicts(lambda: spark.sql(statement), f"set the properties of {ref}")
+    return True
+
+
+def _properties_sql(ref: TableRef) -> str:
+    return ", ".join(f"{sql_string(key)} = {sql_string(value)}" for key, value in ref.properties)
 
 
 def _is_local_delta_table(location: str) -> bool:
@@ -326,10 +352,9 @@ def _existing_target(spark: SparkSession, output: OutputConfig, table: Table) ->
     ref = table_ref(output, table)
     if ref.name is not None:
         return ref.name if spark.catalog.tableExists(ref.name) else None
-    location = str(ref.location)
-    if read_delta_path(spark, location) is None:
+    if read_delta_path(spark, str(ref.location)) is None:
         return None
-    return delta_path_identifier(location)
+    return sql_target(ref)
 
 
 def read_table(spark: SparkSession, output: OutputConfig, table: Table) -> DataFrame | None:

@@ -2,8 +2,9 @@
 -- computed from added counts (histograms add across days; daily quantiles and means do not
 -- average), the previous week's, and the change. A week with missing days says so in `days`.
 --
--- ${schema} is the catalog schema of the tables (output.schema, with output.catalog), e.g.
---   spark-sql --hivevar schema=main.retrieval_metrics -f deploy/sql/unique_clusters_weekly.sql
+-- `logmetrics views --config ...` creates it over the configured tables (catalog names, or
+-- delta.`<path>` for a path warehouse). By hand, ${schema} is the tables' catalog schema:
+--   spark-sql --hivevar schema=main.retrieval_metrics -f src/logmetrics/tables/sql/unique_clusters_weekly.sql
 CREATE OR REPLACE VIEW ${schema}.unique_clusters_weekly
 COMMENT 'Weekly unique-clusters figures from added daily counts, with the week-over-week change.'
 AS

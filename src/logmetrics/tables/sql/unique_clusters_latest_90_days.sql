@@ -2,8 +2,9 @@
 -- columns a dashboard plots. "Latest" counts back from the newest published date, not from
 -- today, so a dashboard does not go blank while a backfill catches up.
 --
--- ${schema} is the catalog schema of the tables (output.schema, with output.catalog), e.g.
---   spark-sql --hivevar schema=main.retrieval_metrics -f deploy/sql/unique_clusters_latest_90_days.sql
+-- `logmetrics views --config ...` creates it over the configured tables (catalog names, or
+-- delta.`<path>` for a path warehouse). By hand, ${schema} is the tables' catalog schema:
+--   spark-sql --hivevar schema=main.retrieval_metrics -f src/logmetrics/tables/sql/unique_clusters_latest_90_days.sql
 CREATE OR REPLACE VIEW ${schema}.unique_clusters_latest_90_days
 COMMENT 'unique_clusters_daily over the latest 90 published days (filter on segment).'
 AS
