@@ -72,3 +72,16 @@ def test_bad_day_before_is_a_usage_error_before_spark_starts(
 ) -> None:
     assert main(argv) == 2
     assert capsys.readouterr().err.startswith("logmetrics: error: ")
+
+
+def test_the_entry_point_leaves_with_the_exit_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wheel task may ignore what the entry point returns: a failure leaves as SystemExit,
+    success returns normally."""
+    from logmetrics import cli
+
+    monkeypatch.setattr(cli, "main", lambda: 4)
+    with pytest.raises(SystemExit) as left:
+        cli.entry_point()
+    assert left.value.code == 4
+    monkeypatch.setattr(cli, "main", lambda: 0)
+    assert cli.entry_point() is None

@@ -54,8 +54,17 @@ DEMO_CONFIG = "conf/local.yaml"
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
+def entry_point() -> None:
+    """The `logmetrics` console script and the Databricks wheel task's entry point: a non-zero
+    status leaves as SystemExit, so it fails the task even where the caller ignores the value
+    the function returns (a `python_wheel_task` calls the entry point's function directly)."""
+    status = main()
+    if status:
+        raise SystemExit(status)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console-script entry point; returns the exit status."""
+    """Parse, run and report one command; returns the exit status."""
     started = time.time(), time.perf_counter()
     parser = _parser()
     try:
