@@ -11,7 +11,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[local,dev]'
 	$(BIN)/python -m pip check
 	@touch $(STAMP)
 
@@ -83,7 +83,7 @@ format: install
 # Re-resolve the pins from pyproject.toml in a scratch venv and write constraints.txt.
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
-	.lock-venv/bin/python -m pip install --quiet -e '.[dev,bench]'
+	.lock-venv/bin/python -m pip install --quiet -e '.[local,dev,bench]'
 	.lock-venv/bin/python -m pip check
 	{ head -n 2 constraints.txt; .lock-venv/bin/python -m pip freeze --exclude-editable; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .lock-venv

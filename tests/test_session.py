@@ -7,6 +7,7 @@ import re
 import socket
 import subprocess
 import sys
+import tomllib
 from importlib.metadata import version
 from pathlib import Path
 
@@ -45,6 +46,21 @@ def test_constraints_pin_the_same_pair() -> None:
     )
     assert pins["delta_spark"] == DELTA_VERSION
     assert pins["pyspark"].startswith(SPARK_MAJOR_MINOR + ".")
+
+
+def test_the_wheel_leaves_pyspark_and_delta_to_the_runtime() -> None:
+    """A job wheel pip-installed on a cluster must not bring its own PySpark: they are in the
+    `local` extra, never in the wheel's own dependencies."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    names = [re.split(r"[\[<>=!~; ]", dep, maxsplit=1)[0] for dep in project["dependencies"]]
+    assert not {"pyspark", "delta-spark", "py4j"} & set(names)
+    assert not any("[spark" in dep for dep in project["dependencies"])
+    local = project["optional-dependencies"]["local"]
+    assert {re.split(r"[\[<>=]", dep, maxsplit=1)[0] for dep in local} == {
+        "pyspark",
+        "delta-spark",
+        "great-expectations",
+    }
 
 
 def test_excluded_transitive_jars_are_shipped_by_spark_itself() -> None:
