@@ -106,7 +106,9 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
 
 
-def test_installing_the_wheel_leaves_the_runtimes_pyspark_alone(runtime: dict[str, Any]) -> None:
+def test_installing_the_wheel_leaves_the_runtimes_pyspark_alone(
+    runtime: dict[str, Any], tmp_path: Path
+) -> None:
     assert runtime["before"] == runtime["after"] == runtime["pins"]["pyspark"]
     assert runtime["after"].startswith(RUNTIME_LINE + ".")
     assert "No broken requirements found" in runtime["pip_check"]
@@ -115,9 +117,21 @@ def test_installing_the_wheel_leaves_the_runtimes_pyspark_alone(runtime: dict[st
     listed = _run([python, "-m", "pip", "list", "--format=freeze"], "pip list").lower()
     assert "delta-spark" not in listed and "delta_spark" not in listed
     assert "grpcio" not in listed  # pyspark[connect], from the local extra only
-    # The console script answers without a JVM.
-    usage = _run([runtime["venv"] / "bin" / "logmetrics", "--help"], "logmetrics --help")
-    assert "backfill" in usage
+    # The console script answers without a JVM: its help, and a config error (exit 2).
+    logmetrics = runtime["venv"] / "bin" / "logmetrics"
+    assert "backfill" in _run([logmetrics, "--help"], "logmetrics --help")
+    (tmp_path / "bad.yaml").write_text("bogus: 1\n")
+    done = subprocess.run(
+        [logmetrics, "run", "--config", tmp_path / "bad.yaml"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_runtime_env(runtime["venv"]),
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["logmetrics: error: inputs: required key is missing"]
+    assert not (tmp_path / "logs").exists()  # no JVM was started, so no Spark log
 
 
 @pytest.fixture(scope="module")
