@@ -41,12 +41,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="run the tests marked `cluster` (they start a local Spark cluster: make test-cluster)",
     )
+    parser.addoption(
+        "--run-wheel",
+        action="store_true",
+        help="run the tests marked `wheel` (they build a runtime venv: make test-compat)",
+    )
 
 
 # `make test` runs the suite on two pytest-xdist workers, one module at a time each
 # (--dist loadfile: a module's fixtures are built once). Handing out the longest modules first
 # lets both workers finish together; measured with `pytest --durations=30`.
 LONGEST_FIRST = (
+    "test_wheel.py",
     "test_orchestration.py",
     "test_living_inputs.py",
     "test_end_to_end.py",
@@ -63,19 +69,24 @@ LONGEST_FIRST = (
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest modules first (a stable sort: the order within a module is kept); tests
-    marked `cluster` are skipped, saying how to run them, unless --run-cluster."""
+    marked `cluster` or `wheel` are skipped, saying how to run them, unless --run-cluster or
+    --run-wheel."""
 
     def rank(item: pytest.Item) -> int:
         name = item.path.name
         return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)
-    if config.getoption("--run-cluster"):
-        return
-    skip = pytest.mark.skip(reason="starts a Spark standalone cluster: run `make test-cluster`")
-    for item in items:
-        if "cluster" in item.keywords:
-            item.add_marker(skip)
+    skips = {
+        "cluster": ("--run-cluster", "starts a Spark standalone cluster: run `make test-cluster`"),
+        "wheel": ("--run-wheel", "builds a Spark 4.0 runtime venv: run `make test-compat`"),
+    }
+    for marker, (option, reason) in skips.items():
+        if config.getoption(option):
+            continue
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 # Spark hands timestamps back as naive datetimes in the process's time zone: make that UTC.

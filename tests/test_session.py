@@ -7,7 +7,8 @@ import re
 import socket
 import subprocess
 import sys
-from importlib.metadata import version
+import tomllib
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pyspark
@@ -20,31 +21,86 @@ from logmetrics.session import (
     COMET_PACKAGE,
     DELTA_PACKAGE,
     DELTA_VERSION,
+    SPARK_LINE,
     SPARK_MAJOR_MINOR,
     SPARK_PROVIDED_ARTIFACTS,
     check_remote_reachable,
+    cluster_conf,
     comet_or_warn,
     comet_supported,
+    delta_package,
+    installed_delta_package,
     local_conf,
 )
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The supported Spark lines: the file that pins each pair and the Delta jar that goes with it.
+LINES = {
+    "4.1": ("constraints.txt", "io.delta:delta-spark_4.1_2.13:4.3.1"),
+    "4.0": ("constraints-spark40.txt", "io.delta:delta-spark_2.13:4.0.1"),
+}
+
+
+def _pins(name: str) -> dict[str, str]:
+    lines = (REPO / name).read_text().splitlines()
+    return dict(line.split("==", 1) for line in lines if "==" in line and not line.startswith("#"))
+
 
 def test_delta_jar_matches_the_installed_python_packages() -> None:
-    assert version("delta-spark") == DELTA_VERSION
-    assert ".".join(pyspark.__version__.split(".")[:2]) == SPARK_MAJOR_MINOR
-    assert DELTA_PACKAGE == f"io.delta:delta-spark_{SPARK_MAJOR_MINOR}_2.13:{DELTA_VERSION}"
+    """On whichever line this venv holds (make test: 4.1; make test-compat: 4.0), the installed
+    pair is the one its constraints file pins, and the jar a local session adds is its pair."""
+    constraints, jar = LINES[SPARK_LINE]
+    pins = _pins(constraints)
+    assert pyspark.__version__ == pins["pyspark"]
+    assert version("delta-spark") == pins["delta_spark"]
+    assert installed_delta_package() == jar
+    assert local_conf(SparkConfig(accelerator="none"))["spark.jars.packages"] == jar
 
 
-def test_constraints_pin_the_same_pair() -> None:
-    pins = dict(
-        line.split("==", 1)
-        for line in (REPO / "constraints.txt").read_text().splitlines()
-        if "==" in line and not line.startswith("#")
-    )
-    assert pins["delta_spark"] == DELTA_VERSION
-    assert pins["pyspark"].startswith(SPARK_MAJOR_MINOR + ".")
+@pytest.mark.parametrize("line", sorted(LINES))
+def test_each_constraints_file_pins_a_pair_that_matches(line: str) -> None:
+    constraints, jar = LINES[line]
+    pins = _pins(constraints)
+    assert pins["pyspark"].startswith(line + ".")
+    assert delta_package(pins["delta_spark"], line) == jar
+
+
+def test_the_default_line_is_the_jar_the_docs_and_the_dag_name() -> None:
+    """DELTA_PACKAGE (README, docs/cluster.md, the Airflow DAG) is constraints.txt's pair."""
+    assert (SPARK_MAJOR_MINOR, DELTA_PACKAGE) == ("4.1", LINES["4.1"][1])
+    assert delta_package(DELTA_VERSION, SPARK_MAJOR_MINOR) == DELTA_PACKAGE
+
+
+def test_delta_4_0_is_refused_on_another_spark_line() -> None:
+    with pytest.raises(LogmetricsError, match=r"built for Spark 4\.0, not the installed 4\.1"):
+        delta_package("4.0.1", "4.1")
+
+
+def test_local_spark_without_delta_spark_says_which_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def missing(name: str) -> str:
+        raise PackageNotFoundError(name)
+
+    monkeypatch.setattr(session, "version", missing)
+    with pytest.raises(LogmetricsError, match=r"install logmetrics\[local\]"):
+        installed_delta_package()
+
+
+def test_the_wheel_leaves_pyspark_and_delta_to_the_runtime() -> None:
+    """A job wheel pip-installed on a cluster must not bring its own PySpark: they are in the
+    `local` extra, never in the wheel's own dependencies."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    names = [re.split(r"[\[<>=!~; ]", dep, maxsplit=1)[0] for dep in project["dependencies"]]
+    assert not {"pyspark", "delta-spark", "py4j"} & set(names)
+    assert not any("[spark" in dep for dep in project["dependencies"])
+    local = project["optional-dependencies"]["local"]
+    assert {re.split(r"[\[<>=]", dep, maxsplit=1)[0] for dep in local} == {
+        "pyspark",
+        "delta-spark",
+        "great-expectations",
+    }
 
 
 def test_excluded_transitive_jars_are_shipped_by_spark_itself() -> None:
@@ -56,7 +112,7 @@ def test_excluded_transitive_jars_are_shipped_by_spark_itself() -> None:
 
 def test_local_session_gets_delta_and_utc_and_user_settings_win() -> None:
     conf = local_conf(SparkConfig(accelerator="none", conf={"spark.sql.shuffle.partitions": "3"}))
-    assert conf["spark.jars.packages"] == DELTA_PACKAGE
+    assert conf["spark.jars.packages"] == installed_delta_package()
     assert conf["spark.sql.session.timeZone"] == "UTC"
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
     assert conf["spark.sql.shuffle.partitions"] == "3"
@@ -141,8 +197,9 @@ def test_comet_is_the_default_where_its_native_library_exists(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(session, "comet_supported", lambda: True)
+    monkeypatch.setattr(session, "comet_released", lambda: True)
     conf = local_conf(SparkConfig(driver_memory="4g"))
-    assert conf["spark.jars.packages"] == f"{DELTA_PACKAGE},{COMET_PACKAGE}"
+    assert conf["spark.jars.packages"] == f"{installed_delta_package()},{COMET_PACKAGE}"
     assert conf["spark.plugins"] == "org.apache.spark.CometPlugin"
     assert conf["spark.shuffle.manager"].endswith("CometShuffleManager")
     # The heap, the pool and what neither accounts for share driver_memory: 45/35/20%.
@@ -163,8 +220,9 @@ def test_comet_where_it_cannot_load_means_plain_spark_with_a_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(session, "comet_supported", lambda: False)
+    monkeypatch.setattr(session, "comet_released", lambda: True)
     conf = local_conf(SparkConfig())
-    assert conf["spark.jars.packages"] == DELTA_PACKAGE
+    assert conf["spark.jars.packages"] == installed_delta_package()
     assert "spark.plugins" not in conf
     with caplog.at_level("WARNING", logger="logmetrics.session"):
         assert comet_or_warn(SparkConfig()) is False
@@ -174,6 +232,28 @@ def test_comet_where_it_cannot_load_means_plain_spark_with_a_warning(
     assert not caplog.records  # asked for nothing: nothing to say
     assert comet_supported("darwin", "arm64") is False
     assert comet_supported("linux", "x86_64") and comet_supported("linux", "aarch64")
+
+
+def test_comet_on_a_spark_line_it_has_no_build_for_means_plain_spark_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Comet 1.2.0 has no jar for Spark 4.0 (make test-compat's line): Delta only, one line."""
+    monkeypatch.setattr(session, "SPARK_LINE", "4.0")
+    monkeypatch.setattr(session, "comet_supported", lambda: True)
+    assert "spark.plugins" not in local_conf(SparkConfig())
+    with caplog.at_level("WARNING", logger="logmetrics.session"):
+        assert comet_or_warn(SparkConfig()) is False
+    assert [r.getMessage() for r in caplog.records] == [
+        "Comet 1.2.0 has no build for Spark 4.0: plain Spark (spark.accelerator: none "
+        "silences this)"
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="logmetrics.session"):
+        conf = cluster_conf("comet")
+    assert "spark.plugins" not in conf and "comet" not in conf["spark.jars.packages"]
+    assert len(caplog.records) == 1
+    monkeypatch.setattr(session, "SPARK_LINE", "4.1")
+    assert COMET_PACKAGE in cluster_conf("comet")["spark.jars.packages"]
 
 
 @pytest.mark.parametrize(

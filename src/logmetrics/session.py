@@ -19,10 +19,12 @@ import os
 import socket
 import sys
 from collections.abc import Iterator, Mapping
+from importlib.metadata import PackageNotFoundError, version
 from importlib.resources import files
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pyspark
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
@@ -32,11 +34,47 @@ from logmetrics.redaction import redact_url
 
 log = logging.getLogger(__name__)
 
-# The Delta jar and the delta-spark Python package are a pair: constraints.txt pins
-# delta-spark==DELTA_VERSION and tests/test_session.py checks that they match.
+# The default Spark line, as constraints.txt pins it: the jar README, docs/cluster.md and the
+# Airflow DAG name for spark-submit (tests/deploy/test_dags.py reads DELTA_PACKAGE here).
+# A local session does not use these: it takes Delta's jar from the installed pair
+# (`installed_delta_package`), so the other supported line (constraints-spark40.txt) gets its
+# own; tests/test_session.py checks that on this line the two are the same.
 DELTA_VERSION = "4.3.1"
 SPARK_MAJOR_MINOR = "4.1"
 DELTA_PACKAGE = f"io.delta:delta-spark_{SPARK_MAJOR_MINOR}_2.13:{DELTA_VERSION}"
+
+SPARK_LINE = ".".join(pyspark.__version__.split(".")[:2])
+"""The installed pyspark's major.minor: the Spark line Delta's and Comet's jars must be built
+for. The one place the code switches on the Spark version."""
+
+
+def delta_package(delta_version: str, spark_line: str = SPARK_LINE) -> str:
+    """Delta's jar for delta-spark `delta_version` on `spark_line`. From Delta 4.1 on there is
+    a jar per Spark line (`delta-spark_4.1_2.13`); Delta 4.0.x has one, for Spark 4.0 only
+    (`delta-spark_2.13`)."""
+    release = tuple(int(part) for part in delta_version.split(".")[:2])
+    if release >= (4, 1):
+        return f"io.delta:delta-spark_{spark_line}_2.13:{delta_version}"
+    if spark_line != "4.0":
+        raise LogmetricsError(
+            f"delta-spark {delta_version} is built for Spark 4.0, not the installed {spark_line}"
+            " (constraints.txt and constraints-spark40.txt pin pairs that match)"
+        )
+    return f"io.delta:delta-spark_2.13:{delta_version}"
+
+
+def installed_delta_package() -> str:
+    """Delta's jar for the installed delta-spark Python package and pyspark: the two are a
+    pair. Local Spark needs them (the `local` extra); on a cluster the runtime ships Delta."""
+    try:
+        installed = version("delta-spark")
+    except PackageNotFoundError:
+        raise LogmetricsError(
+            "local Spark needs delta-spark and pyspark: install logmetrics[local] (on a "
+            "cluster, run under spark-submit or Databricks, whose session ships Delta)"
+        ) from None
+    return delta_package(installed)
+
 
 CONNECT_DEFAULT_PORT = 15002
 
@@ -74,7 +112,7 @@ def delta_conf() -> dict[str, str]:
     """Delta's jars (resolved by Ivy from Maven Central) and its SQL extension and catalog: the
     same for local Spark, a spark-submit to a cluster and a Spark Connect server."""
     return {
-        "spark.jars.packages": DELTA_PACKAGE,
+        "spark.jars.packages": installed_delta_package(),
         "spark.jars.excludes": ",".join(SPARK_PROVIDED_ARTIFACTS),
         "spark.jars.ivySettings": str(files("logmetrics").joinpath("ivysettings.xml")),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -83,7 +121,10 @@ def delta_conf() -> dict[str, str]:
 
 
 COMET_VERSION = "1.2.0"
-COMET_PACKAGE = f"org.apache.datafusion:comet-spark-spark{SPARK_MAJOR_MINOR}_2.13:{COMET_VERSION}"
+COMET_SPARK_LINES = ("4.1",)
+"""The Spark lines Maven Central has Comet COMET_VERSION's jar for, of those logmetrics runs on
+(there is no comet-spark-spark4.0_2.13:1.2.0): on another line Comet is off, with a warning."""
+COMET_PACKAGE = f"org.apache.datafusion:comet-spark-spark{SPARK_LINE}_2.13:{COMET_VERSION}"
 COMET_PLATFORMS = {("linux", "x86_64"), ("linux", "aarch64")}
 """Where Comet's jar carries its native library (libcomet.so for Linux on x86-64 and arm64)."""
 COMET_HEAP_SHARE, COMET_OFF_HEAP_SHARE = 0.45, 0.35
@@ -209,20 +250,34 @@ def local_conf(settings: SparkConfig, days: int | None = None) -> dict[str, str]
 
 
 def use_comet(settings: SparkConfig) -> bool:
-    """`spark.accelerator: comet` on a platform Comet's native library supports."""
-    return settings.accelerator == "comet" and comet_supported()
+    """`spark.accelerator: comet`, on a Spark line Comet is built for and a platform its
+    native library supports."""
+    return settings.accelerator == "comet" and comet_released() and comet_supported()
+
+
+def comet_released() -> bool:
+    """Whether Comet COMET_VERSION has a jar for the installed Spark line."""
+    return SPARK_LINE in COMET_SPARK_LINES
 
 
 def comet_or_warn(settings: SparkConfig) -> bool:
     """`use_comet`, saying in one line why not when Comet was asked for but cannot run here."""
     comet = use_comet(settings)
     if settings.accelerator == "comet" and not comet:
-        log.warning(
-            "Comet has no native library for %s/%s: plain Spark (spark.accelerator: none "
-            "silences this)",
-            sys.platform,
-            os.uname().machine,
-        )
+        if not comet_released():
+            log.warning(
+                "Comet %s has no build for Spark %s: plain Spark (spark.accelerator: none "
+                "silences this)",
+                COMET_VERSION,
+                SPARK_LINE,
+            )
+        else:
+            log.warning(
+                "Comet has no native library for %s/%s: plain Spark (spark.accelerator: none "
+                "silences this)",
+                sys.platform,
+                os.uname().machine,
+            )
     return comet
 
 
@@ -255,7 +310,8 @@ def get_spark(
     for key, value in local_conf(settings, days).items():
         builder = builder.config(key, value)
     comet = comet_or_warn(settings)
-    packages = f"{DELTA_PACKAGE} and {COMET_PACKAGE}" if comet else DELTA_PACKAGE
+    delta = installed_delta_package()
+    packages = f"{delta} and {COMET_PACKAGE}" if comet else delta
     log.info("starting local Spark (%s) with %s", redact_url(settings.master), packages)
     with _jvm_output_to(settings.log_dir) as log_file, resolve_lock():
         try:
@@ -370,9 +426,11 @@ def spark_properties(conf: Mapping[str, str]) -> str:
 def cluster_conf(accelerator: str = "none") -> dict[str, str]:
     """What a cluster's spark-submit or Connect server needs from logmetrics: Delta, and with
     `accelerator` comet, Comet's jar and settings (its pool from `spark.memory.offHeap.size`,
-    set with the executors' memory)."""
-    if accelerator == "comet":
+    set with the executors' memory). Comet only where it has a jar for the Spark line."""
+    if accelerator == "comet" and comet_released():
         return with_packages({**delta_conf(), **comet_conf()}, COMET_PACKAGE)
+    if accelerator == "comet":
+        log.warning("Comet %s has no build for Spark %s: Delta only", COMET_VERSION, SPARK_LINE)
     return delta_conf()
 
 

@@ -242,8 +242,10 @@ class Chunk:
 
     def _local(self, df: DataFrame) -> DataFrame:
         """A small result collected once (as Arrow) and handed back as a local relation: what
-        is derived from it plans and runs on the driver's copy, not on the cached requests."""
-        return self.spark.createDataFrame(df.toArrow())
+        is derived from it plans and runs on the driver's copy, not on the cached requests.
+        With its schema: Spark 4.0 reads an Arrow list back as holding nulls, and a histogram
+        that may hold nulls cannot be cast to its table's column, whose elements are not null."""
+        return self.spark.createDataFrame(df.toArrow(), schema=df.schema)
 
     def _write(self, df: DataFrame, table: Table, dates: list[dt.date]) -> None:
         replace_dates(self.spark, with_run_stamp(df, self.stamp), self.config.output, table, dates)
