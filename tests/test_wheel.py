@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 
 import reference
 from logmetrics.demo import generate_dataset
-from logmetrics.session import delta_package
+from logmetrics.session import delta_package, resolve_lock
 
 pytestmark = [pytest.mark.slow, pytest.mark.wheel]
 
@@ -167,7 +167,14 @@ def submitted(
     )
     venv = runtime["venv"]
     runtime_delta = delta_package(runtime["pins"]["delta_spark"], RUNTIME_LINE)
-    output = _run(
+    # Under the Ivy lock: the other test worker's JVMs may resolve the same jars meanwhile.
+    with resolve_lock():
+        output = _spark_submit(venv, runtime_delta, config, work)
+    return warehouse, output
+
+
+def _spark_submit(venv: Path, runtime_delta: str, config: Path, work: Path) -> str:
+    return _run(
         [venv / "bin" / "spark-submit", "--master", "local[2]", "--driver-memory", "1g"]
         + ["--packages", runtime_delta]
         + ["--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension"]
@@ -184,7 +191,6 @@ def submitted(
         cwd=work,
         env=_runtime_env(venv),
     )
-    return warehouse, output
 
 
 def test_the_installed_wheel_ran_on_the_runtimes_spark(
