@@ -19,19 +19,20 @@ demo: install
 	$(BIN)/logmetrics demo
 
 # The whole suite on two workers (pytest-xdist, a module per worker at a time: tests/conftest.py
-# hands out the longest first) on the default engine (Comet where it loads), the tests that
-# compare outputs with independent references (marked `reference`) once more on plain Spark,
-# then the DAG tests in their own Airflow venv (a few minutes, the venv cold).
+# hands out the longest first) on the default engine (Comet where it loads), then the DAG tests
+# in their own Airflow venv (a few minutes, the venv cold). The other engines, lines and
+# platforms (plain Spark, Spark 4.0, the wheel on a runtime, a Hive metastore) are
+# `make test-compat`, which .ci/run runs after it.
 REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_hostile.py
 
 test: install
-	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=30
-	LOGMETRICS_TEST_ACCELERATOR=none $(BIN)/python -m pytest -n 2 --dist loadfile -m reference \
-		$(REFERENCE_TESTS)
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not platform" --durations=30
 	$(MAKE) --no-print-directory test-deploy
 
-# The Spark 4.0 line (pyspark 4.0.1 + delta-spark 4.0.1, what Databricks 17.3 LTS runs) beside
-# the default 4.1 one, not part of `make test` (.ci/run runs it after): .venv-compat holds the
+# Not part of `make test` (.ci/run runs it after). First, in .venv: the tests that compare
+# outputs with the pure-Python reference (marked `reference`) once more on plain Spark, and the
+# catalog tables on a real Hive metastore (marked `platform`). Then the Spark 4.0 line
+# (pyspark 4.0.1 + delta-spark 4.0.1, what Databricks 17.3 LTS runs): .venv-compat holds the
 # wheel with its `local` extra pinned by constraints-spark40.txt (Comet has no Spark 4.0 build:
 # plain Spark there), and runs the tests that compare every published table with the
 # pure-Python reference, the Delta pair check, and tests/test_wheel.py: the wheel pip-installed
@@ -51,6 +52,8 @@ $(COMPAT_STAMP): pyproject.toml constraints-spark40.txt
 	@touch $(COMPAT_STAMP)
 
 test-compat: wheel $(COMPAT_STAMP)
+	LOGMETRICS_TEST_ACCELERATOR=none $(BIN)/python -m pytest -n 2 --dist loadfile \
+		-m "reference or platform" $(REFERENCE_TESTS) tests/test_hive_metastore.py
 	$(COMPAT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
 		--force-reinstall dist/logmetrics-*.whl
 	$(COMPAT_VENV)/bin/python -m pip check

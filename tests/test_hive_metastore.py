@@ -20,7 +20,7 @@ import pytest
 from logmetrics.synthetic import generate
 from logmetrics.tables.catalog import DAILY_TABLE, EVALUATION_RESULTS_TABLE, OUTPUT_TABLES
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.platform]
 
 START = dt.date(2026, 4, 6)  # a Monday: both days in one ISO week
 # The backfill creates the tables with the first; `views`, configured with the second only,

@@ -643,9 +643,13 @@ def _string_constants(path: Path) -> dict[str, str]:
             for part in value.values:
                 if isinstance(part, ast.Constant):
                     parts.append(str(part.value))
-                elif isinstance(part, ast.FormattedValue) and isinstance(part.value, ast.Name):
+                elif (
+                    isinstance(part, ast.FormattedValue)
+                    and isinstance(part.value, ast.Name)
+                    and part.value.id in values
+                ):
                     parts.append(values[part.value.id])
-                else:
+                else:  # a name computed at import (SPARK_LINE): not a constant
                     break
             else:
                 values[node.targets[0].id] = "".join(parts)

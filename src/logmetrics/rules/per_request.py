@@ -76,20 +76,21 @@ def day_file_states(logs_df: DataFrame) -> DataFrame:
     day placed as `with_row_status` places it) and a SHA-256 over their sorted
     `path|size|modification time`. A narrow pass: it reads `served_at` (and the date partition)
     only, and Spark's `_metadata` of each file; for a Delta table, its data files, whose names
-    are unique to the commit that wrote them."""
+    are unique to the commit that wrote them. The rows are made distinct on the raw columns
+    first, so the file's text is built once per (day, file), not once per row."""
+    files = logs_df.select(
+        _metric_date(logs_df).alias("metric_date"),
+        F.col("_metadata.file_path").alias("path"),
+        F.col("_metadata.file_size").alias("size"),
+        F.col("_metadata.file_modification_time").alias("mtime"),
+    ).distinct()
     file_state = F.concat_ws(
-        "|",
-        F.col("_metadata.file_path"),
-        F.col("_metadata.file_size").cast("string"),
-        F.col("_metadata.file_modification_time").cast("string"),
+        "|", "path", F.col("size").cast("string"), F.col("mtime").cast("string")
     )
-    files = (
-        logs_df.select(_metric_date(logs_df).alias("metric_date"), file_state.alias("file"))
-        .distinct()
-        .groupBy("metric_date")
-        .agg(F.count(F.lit(1)).alias("input_files"), F.collect_list("file").alias("files"))
+    per_day = files.groupBy("metric_date").agg(
+        F.count(F.lit(1)).alias("input_files"), F.collect_list(file_state).alias("files")
     )
-    return files.select(
+    return per_day.select(
         "metric_date",
         "input_files",
         F.sha2(F.concat_ws("\n", F.array_sort("files")), 256).alias("files_fingerprint"),
