@@ -672,4 +672,4 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point()
