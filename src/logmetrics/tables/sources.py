@@ -288,17 +288,13 @@ def read_clusters(spark: SparkSession, source: ClustersInput) -> ClusterSnapshot
 
 def clusters_state(spark: SparkSession, source: ClustersInput, clusters: ClusterSnapshot) -> str:
     """The cluster table's state, recorded beside every day computed from it: `v<version>` for a
-    Delta table (the version read), else a hash of its file listing (path, size, mtime)."""
+    Delta table (the version read), else a hash of its file listing (path, size, mtime; on
+    remote storage, the names Spark reads)."""
     if clusters.version is not None:
         return f"v{clusters.version}"
-    return _state(spark, source.path, source.format)
-
-
-def _state(spark: SparkSession, path: str, fmt: str) -> str:
-    local = local_path(path)
-    if local is None:  # remote files: the names Spark would read
-        reader = spark.read.schema(JSON_LOGS) if fmt == "json" else spark.read
-        files = sorted(reader.format(fmt).load(path).inputFiles())
+    local = local_path(source.path)
+    if local is None:
+        files = sorted(spark.read.format(source.format).load(source.path).inputFiles())
         return hashlib.sha256("\n".join(files).encode()).hexdigest()
     entries = []
     for root, dirs, names in os.walk(local):
