@@ -94,23 +94,23 @@ def test_ledger_skips_done_days_unless_forced_or_changed(
 ) -> None:
     warehouse = tmp_path / "wh"
     config = _config(data, warehouse)
-    three = START + dt.timedelta(days=2)
-    assert main(_backfill_argv(config, START, three)) == 0
+    two = START + dt.timedelta(days=1)  # one chunk: each run below is one pass
+    assert main(_backfill_argv(config, START, two)) == 0
     first = _ledger(spark, warehouse)
     assert sorted((r.metric_date, r.status) for r in first) == sorted(
-        [(START + dt.timedelta(days=i), s) for i in range(3) for s in ("started", "published")]
+        [(START + dt.timedelta(days=i), s) for i in range(2) for s in ("started", "published")]
     )
     done = [r for r in first if r.status == "published"]
     assert all(r.queries == 60 and r.rows_read >= 60 and r.finished_at for r in done)
     assert len({r.config_fingerprint for r in first}) == 1
 
-    assert main(_backfill_argv(config, START, three)) == 0  # everything done: nothing to do
+    assert main(_backfill_argv(config, START, two)) == 0  # everything done: nothing to do
     assert len(_ledger(spark, warehouse)) == len(first)
 
-    assert main([*_backfill_argv(config, START, three), "--force"]) == 0
+    assert main([*_backfill_argv(config, START, two), "--force"]) == 0
     assert len(_ledger(spark, warehouse)) == 2 * len(first)
 
-    changed = [*_backfill_argv(config, START, three), "--set", "metrics.threshold=3"]
+    changed = [*_backfill_argv(config, START, two), "--set", "metrics.threshold=3"]
     assert main(changed) == 0
     assert len(_ledger(spark, warehouse)) == 3 * len(first)
 
@@ -204,9 +204,12 @@ def test_killed_backfill_resumes_to_the_tables_of_an_uninterrupted_run(
     pattern: str,
     occurrence: int,
     delay: float,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """SIGKILL at a point of a 6-day backfill (chunks of 2 days): no reader sees a partial
-    or doubled day meanwhile, and the resumed run converges to the uninterrupted run's tables."""
+    or doubled day meanwhile, and the resumed run converges to the uninterrupted run's tables.
+    The killed run is a process of its own; the resume runs in this one (a warm JVM: what
+    matters is what the killed process left behind)."""
     warehouse = tmp_path / "killed"
     config = _config(data, warehouse)
     process = _spawn(config, log_level="DEBUG")
@@ -228,11 +231,10 @@ def test_killed_backfill_resumes_to_the_tables_of_an_uninterrupted_run(
         for day, rows in days.items():  # every day a reader can see is whole, and once
             assert rows == reference[table][day], (moment, table, day)
 
-    resumed = _spawn(config)
-    _, err = resumed.communicate(timeout=600)
-    assert resumed.returncode == 0, err
+    with caplog.at_level("INFO", logger="logmetrics"):
+        assert main(_backfill_argv(config)) == 0
     if killed["unique_clusters_daily"]:  # days published before the kill are not redone
-        assert "already done with the same inputs and config" in err
+        assert "already done with the same inputs and config" in caplog.text
     assert _snapshot(spark, warehouse) == _snapshot(spark, uninterrupted)
     ledger = _ledger(spark, warehouse)
     published_days = [r.metric_date for r in ledger if r.status == "published"]
@@ -242,16 +244,22 @@ def test_killed_backfill_resumes_to_the_tables_of_an_uninterrupted_run(
 def test_concurrent_backfills_over_disjoint_and_overlapping_dates(
     spark: SparkSession, data: Path, tmp_path: Path
 ) -> None:
+    """Two backfill processes over disjoint ranges, and a third run, in this process, over a
+    date of each, started once the first process is computing: every day ends up once."""
     warehouse = tmp_path / "shared"
     config = _config(data, warehouse)
     days = 6
-    runs = [  # two disjoint ranges, and a third run over a date of each
+    runs = [
         _spawn(config, start=START, end=START + dt.timedelta(days=2)),
         _spawn(config, start=START + dt.timedelta(days=3), end=START + dt.timedelta(days=5)),
-        _spawn(
-            config, "--force", start=START + dt.timedelta(days=2), end=START + dt.timedelta(days=3)
-        ),
     ]
+    first = runs[0]
+    assert first.stderr is not None
+    for line in first.stderr:
+        if "computing" in line:
+            break
+    overlapping = _backfill_argv(config, START + dt.timedelta(days=2), START + dt.timedelta(days=3))
+    assert main([*overlapping, "--force"]) == 0
     for run in runs:
         _, err = run.communicate(timeout=600)
         assert run.returncode == 0, err

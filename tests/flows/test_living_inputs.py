@@ -54,6 +54,29 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def ten_days(generated: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Days 1-10 backfilled once, for the tests that start from them (`_from_ten_days`): the
+    data (`data/`, and as it was, `pristine/`) and the warehouse it gave (`wh/`)."""
+    root = tmp_path_factory.mktemp("ten-days")
+    data = _copy(generated, root, 10)
+    assert main(_argv("backfill", _config(data, root / "wh"), day(1), day(10))) == 0
+    shutil.copytree(data, root / "pristine")
+    return root
+
+
+def _from_ten_days(ten_days: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(data, warehouse, config) as `ten_days` left them. The data goes back to the same path,
+    file times kept (the ledger knows a day's files by path, size and modification time); the
+    warehouse is this test's own copy."""
+    data = ten_days / "data"
+    shutil.rmtree(data)
+    shutil.copytree(ten_days / "pristine", data)
+    warehouse = tmp_path / "wh"
+    shutil.copytree(ten_days / "wh", warehouse)
+    return data, warehouse, _config(data, warehouse)
+
+
 def _copy(generated: Path, tmp_path: Path, days: int) -> Path:
     """The generated data with the partitions of its first `days` days only."""
     data = tmp_path / "data"
@@ -151,12 +174,9 @@ def _late_rows(data: Path, source: dt.date, served_on: dt.date, into: dt.date, n
 
 
 def test_a_backfill_after_a_new_day_landed_computes_only_that_day(
-    spark: SparkSession, generated: Path, tmp_path: Path
+    spark: SparkSession, generated: Path, ten_days: Path, tmp_path: Path
 ) -> None:
-    data = _copy(generated, tmp_path, 10)
-    warehouse = tmp_path / "wh"
-    config = _config(data, warehouse)
-    assert main(_argv("backfill", config, day(1), day(10))) == 0
+    data, warehouse, config = _from_ten_days(ten_days, tmp_path)  # days 1-10 backfilled
     before = _by_day(spark, warehouse)
     shutil.copytree(_partition(generated, day(11)), _partition(data, day(11)))
     assert main(_argv("backfill", config, day(1), day(11))) == 0
@@ -192,12 +212,15 @@ def test_a_delta_log_table_skips_the_days_an_appended_commit_does_not_touch(
 
 
 def test_late_rows_restate_their_day_and_only_it(
-    spark: SparkSession, generated: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    spark: SparkSession,
+    generated: Path,
+    ten_days: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    data = _copy(generated, tmp_path, DAYS)
-    warehouse = tmp_path / "wh"
-    config = _config(data, warehouse)
-    assert main(_argv("backfill", config, day(1), day(10))) == 0
+    data, warehouse, config = _from_ten_days(ten_days, tmp_path)  # days 1-10 backfilled
+    for n in (11, 12):  # the days the nightly runs below are for
+        shutil.copytree(_partition(generated, day(n)), _partition(data, day(n)))
 
     _late_rows(data, day(7), served_on=day(8), into=day(8), name="late8")
     with caplog.at_level("INFO", logger="logmetrics"):
