@@ -1,10 +1,12 @@
 """The run/backfill loop: one date range, a chunk of days at a time.
 
-Reads the cluster table and fingerprints the inputs once, skips the days the ledger has as
-done (a resumed backfill), scans the logs for corrupt files, writes the run's `started` rows,
-then computes each chunk (`chunk.Chunk`) while the chunk before it is written, so the writes
-of one overlap the main pass of the next. A hash collision in the cluster keys (`keys`)
-computes the chunk again under the next salt. Progress is logged per day and per chunk.
+Reads the cluster table, scans the logs for corrupt files and finds each day's inputs (one
+narrow pass, while the ledger is read beside it), computes the days whose inputs, cluster table
+or config changed since they were last computed (a resumed backfill skips the rest), writes the
+run's `started` rows, then computes each chunk (`chunk.Chunk`) while the chunk before it is
+written, so the writes of one overlap the main pass of the next. A hash collision in the
+cluster keys (`keys`) computes the chunk again under the next salt. Progress is logged per day
+and per chunk.
 """
 
 from __future__ import annotations
@@ -101,12 +103,15 @@ def run_range(
     ]
     if not considered:
         return summary
-    with phases.timed("input scan"):
-        corrupt = _corrupt_inputs(spark, config, considered[0], considered[-1])
-    with phases.timed("input state"):
-        inputs = day_inputs(spark, config, cluster_state, considered, corrupt)
-    with phases.timed("ledger read"):
-        previous = ledger.previous_runs(spark, config.output, considered)
+    with SideSteps(phases) as side:  # the ledger is read while the logs are looked at
+        ledger_read = side.submit(
+            "ledger read", ledger.previous_runs, spark, config.output, considered
+        )
+        with phases.timed("input scan"):
+            corrupt = _corrupt_inputs(spark, config, considered[0], considered[-1])
+        with phases.timed("input state"):
+            inputs = day_inputs(spark, config, cluster_state, considered, corrupt)
+        previous = ledger_read.result()
     reasons = _plan(config, considered, inputs, previous, always, seen_only)
     dates = sorted(reasons)
     log.info(
