@@ -313,6 +313,65 @@ def redundancy_cost(
     return out
 
 
+def crowding(
+    rows: Iterable[Mapping[str, Any]],
+    clusters: Iterable[tuple[str | None, str | None]],
+    ks: Iterable[int],
+    top: int,
+    start: dt.date,
+    end: dt.date,
+    segment: tuple[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """One dict per (metric_date, k, rank): the `top` cluster keys by redundant slots (a key
+    with n entries in a request's top-k takes n - 1), ties by the key's text (the cluster id,
+    or the chunk id of a chunk that is its own key; a cluster before a chunk of the same text),
+    only keys with a redundant slot; sorted by (metric_date, k, rank)."""
+    table = cluster_lookup(clusters)
+    members: dict[str, int] = {}
+    for cluster_id in table.values():
+        if cluster_id is not None:
+            members[cluster_id] = members.get(cluster_id, 0) + 1
+    per_day: dict[dt.date, list[tuple[str, list[Mapping[str, Any]]]]] = {}
+    for (metric_date, request_id), row in sorted(served_requests(rows, start, end).items()):
+        if segment is not None and segment_of(row, segment[0]) != segment[1]:
+            continue
+        entries = valid_entries_in_rank_order(row["results"])
+        per_day.setdefault(metric_date, []).append((request_id, entries))
+    out: list[dict[str, Any]] = []
+    for metric_date in sorted(per_day):
+        for k in _check_ks(ks):
+            redundant: dict[ClusterKey, int] = {}
+            affected: dict[ClusterKey, list[str]] = {}
+            for request_id, entries in per_day[metric_date]:
+                counts: dict[ClusterKey, int] = {}
+                for entry in entries[:k]:
+                    key = cluster_key(entry["chunk_id"], table)
+                    counts[key] = counts.get(key, 0) + 1
+                for key, n in counts.items():
+                    if n >= 2:
+                        redundant[key] = redundant.get(key, 0) + n - 1
+                        affected.setdefault(key, []).append(request_id)
+            total = sum(redundant.values())
+            ranked = sorted(redundant, key=lambda key: (-redundant[key], key[1], key[0]))
+            for rank, key in enumerate(ranked[:top], start=1):
+                kind, name = key
+                out.append(
+                    {
+                        "metric_date": metric_date,
+                        "k": k,
+                        "rank": rank,
+                        "cluster_id": name if kind == "c" else None,
+                        "chunk_id": name if kind == "s" else None,
+                        "redundant_slots": redundant[key],
+                        "requests_affected": len(affected[key]),
+                        "share_of_redundant_slots": redundant[key] / total,
+                        "cluster_size": members[name] if kind == "c" else 1,
+                        "example_request_ids": sorted(affected[key])[:3],
+                    }
+                )
+    return out
+
+
 # --- alerts on the metric itself (issue 18) -------------------------------------------------
 
 ALERT_DEFAULTS: dict[str, Any] = {

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 import reference
 from logmetrics.rules.cluster_keys import cluster_keys
+from logmetrics.rules.crowding import crowding
 from logmetrics.rules.daily import (
     daily_from_sums,
     day_sums,
@@ -252,6 +253,8 @@ def test_sweep_cost_and_segments_equal_reference(
             "daily": daily_from_sums(sums_df, calendar, threshold=2),
             "sweep": k_sweep(sums_df, sweep_calendar),
             "cost": redundancy_cost(sums_df, calendar, TOKENS_PER_SLOT, USD_PER_MILLION),
+            # Two keys a row: ties at the cut-off are frequent.
+            "crowding": crowding(segmented_df, cluster_keys(clusters_df), ks, top_n=2),
         }.items()
     }
     ref_rows = [
@@ -277,6 +280,7 @@ def test_sweep_cost_and_segments_equal_reference(
             "cost": reference.redundancy_cost(
                 ref_rows, cluster_rows, ks, TOKENS_PER_SLOT, USD_PER_MILLION, START, END, segment
             ),
+            "crowding": reference.crowding(ref_rows, cluster_rows, ks, 2, START, END, segment),
         }
         for table, rows_of_table in got.items():
             rows_of_segment = [
@@ -289,6 +293,6 @@ def test_sweep_cost_and_segments_equal_reference(
                     else _without_segment(r)
                     for r in rows_of_segment
                 ),
-                key=lambda r: (r["metric_date"], r["k"]),
+                key=lambda r: (r["metric_date"], r["k"], r.get("rank")),
             )
             assert actual == expected[table], (table, segment)

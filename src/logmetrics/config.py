@@ -243,6 +243,17 @@ class CostConfig(_Section):
     )
 
 
+class CrowdingConfig(_Section):
+    """What crowds the top-k (`unique_clusters_crowding`)."""
+
+    top_clusters: StrictInt = Field(
+        default=50,
+        ge=1,
+        le=10_000,
+        description="Cluster keys listed per day, k and segment row, by redundant slots.",
+    )
+
+
 class NightlyConfig(_Section):
     lookback_days: StrictInt = Field(
         default=3,
@@ -552,6 +563,7 @@ class Config(_Section):
     output: OutputConfig
     metrics: MetricsConfig = MetricsConfig()
     cost: CostConfig = CostConfig()
+    crowding: CrowdingConfig = CrowdingConfig()
     backfill: BackfillConfig = BackfillConfig()
     nightly: NightlyConfig = NightlyConfig()
     quality: QualityConfig = QualityConfig()
@@ -563,7 +575,7 @@ class Config(_Section):
         """A short stable hash of everything that can change what a day publishes: inputs,
         metric settings, the quality gates and the alert rule (not where the output goes or how
         Spark runs)."""
-        sections = {"inputs", "metrics", "cost", "quality", "alerts"}
+        sections = {"inputs", "metrics", "cost", "crowding", "quality", "alerts"}
         relevant = self.model_dump(include=sections, mode="json")
         if relevant["inputs"].get("served_logs"):  # when a day is ready, not what it holds
             del relevant["inputs"]["served_logs"]["ready_marker"]

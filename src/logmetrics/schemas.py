@@ -225,6 +225,63 @@ K_SWEEP = StructType(
     ]
 )
 
+CROWDING = StructType(
+    [
+        _field("metric_date", DateType(), "UTC date of served_at.", False),
+        _field("k", IntegerType(), "Window size: the first k valid entries by rank.", False),
+        *_SEGMENT_FIELDS,
+        _field(
+            "rank",
+            IntegerType(),
+            "1 = the key with the most redundant slots; ties by the key (cluster_id, else "
+            "chunk_id) ascending as text.",
+            False,
+        ),
+        _field(
+            "cluster_id",
+            StringType(),
+            "The repeated cluster; null where the repeated key is a chunk without a cluster id.",
+        ),
+        _field(
+            "chunk_id",
+            StringType(),
+            "The repeated chunk, set only where cluster_id is null (absent from the cluster "
+            "table, or listed with null cluster ids only).",
+        ),
+        _field(
+            "redundant_slots",
+            LongType(),
+            "Copies of the key in the top-k beyond its first, summed over the day's requests.",
+            False,
+        ),
+        _field(
+            "requests_affected",
+            LongType(),
+            "Requests with at least two entries of the key in their top-k.",
+            False,
+        ),
+        _field(
+            "share_of_redundant_slots",
+            DoubleType(),
+            "redundant_slots / all redundant slots of the day, k and segment row.",
+            False,
+        ),
+        _field(
+            "cluster_size",
+            LongType(),
+            "Chunks of the cluster in the cluster table; 1 for a lone chunk.",
+            False,
+        ),
+        _field(
+            "example_request_ids",
+            ArrayType(StringType(), containsNull=False),
+            "Up to 3 of the affected requests: the smallest request_ids, as text.",
+            False,
+        ),
+        *_RUN_FIELDS,
+    ]
+)
+
 REDUNDANCY_COST = StructType(
     [
         _field("metric_date", DateType(), "UTC date of served_at.", False),

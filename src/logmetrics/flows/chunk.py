@@ -3,7 +3,7 @@
     read -> one pass to per-request rows (persisted) -> facts -> quality gates
          -> quarantine, data_quality, missing_cluster_chunks (every day)
          -> the days that may be published: by query, daily distributions, k-sweep,
-            redundancy cost (all traffic and segments) and their alerts
+            redundancy cost, crowding (all traffic and segments) and their alerts
 
 `Chunk.compute` runs the pass and builds every table's rows, nothing written; `Computed.write`
 commits them side by side and then appends the days' `published` / `held` ledger rows. The
@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from logmetrics.config import Config
 from logmetrics.flows import ledger
-from logmetrics.flows.alerts import alerts_frame, announce
+from logmetrics.flows.alerts import alerts_frame, announce, culprit_rows
 from logmetrics.flows.history import PublishedDaily
 from logmetrics.flows.inputs import DayInputs
 from logmetrics.flows.keys import ChunkKeys, ClusterKeys, keys_for_chunk
@@ -40,6 +40,7 @@ from logmetrics.quality.facts import (
 from logmetrics.quality.gx_suite import CheckResult, evaluate
 from logmetrics.quality.policy import DayVerdict, verdicts
 from logmetrics.rules.alerts import alert_rows
+from logmetrics.rules.crowding import crowding
 from logmetrics.rules.daily import (
     daily_from_sums,
     day_sums,
@@ -59,6 +60,7 @@ from logmetrics.schemas import (
 from logmetrics.tables.catalog import (
     ALERTS_TABLE,
     BY_QUERY_TABLE,
+    CROWDING_TABLE,
     DAILY_TABLE,
     DATA_QUALITY_TABLE,
     K_SWEEP_TABLE,
@@ -134,7 +136,9 @@ class Chunk:
             tables = [(df, t, self.dates) for df, t in self._diagnostics(requests_df, checks)]
             alerts = pd.DataFrame()
             if publish:
-                published, alerts = self._published(requests_df, facts, day_verdicts, publish)
+                published, alerts = self._published(
+                    requests_df, facts, day_verdicts, publish, keys.df
+                )
                 tables += [(df, t, publish) for df, t in published]
         except BaseException:
             requests_df.unpersist()
@@ -197,12 +201,14 @@ class Chunk:
         facts: pd.DataFrame,
         day_verdicts: Sequence[DayVerdict],
         publish: list[dt.date],
+        keys_df: DataFrame,
     ) -> tuple[list[Write], pd.DataFrame]:
         """The `publish` days of unique_clusters_by_query, and of unique_clusters_daily,
         unique_clusters_k_sweep and redundancy_cost_daily, which all come from one aggregation
-        of the requests (`day_sums`: a few hundred rows, brought to the driver); and of
-        unique_clusters_alerts, those daily rows judged against the published ones before them
-        (returned too, to be announced once written)."""
+        of the requests (`day_sums`: a few hundred rows, brought to the driver); of
+        unique_clusters_crowding, from the requests' repeated slots, named by the cluster keys
+        (`keys_df`); and of unique_clusters_alerts, those daily rows judged against the
+        published ones before them (returned too, to be announced once written)."""
         metrics, cost = self.config.metrics, self.config.cost
         served_df = requests_df.transform(filter_served_requests).where(
             F.col("metric_date").isin(publish)
@@ -227,6 +233,10 @@ class Chunk:
             (daily_df, DAILY_TABLE),
             (k_sweep(sums_df, every_k), K_SWEEP_TABLE),
             (cost_df, REDUNDANCY_COST_TABLE),
+            (
+                crowding(segmented_df, keys_df, metrics.ks, self.config.crowding.top_clusters),
+                CROWDING_TABLE,
+            ),
             (alerts_frame(self.spark, alerts, stamp.run_id, stamp.computed_at), ALERTS_TABLE),
         ], alerts
 
@@ -307,7 +317,10 @@ class Computed:
             self.requests_df.unpersist()
             self.chunk_keys.unpersist()
         if self.publish:
-            announce(self.alerts)
+            announce(
+                self.alerts,
+                culprit_rows(chunk.spark, chunk.config, self.alerts, chunk.daily.rows()),
+            )
         counts = {
             r.metric_date: {
                 "rows_read": int(r.rows_read),

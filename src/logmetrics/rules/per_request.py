@@ -225,6 +225,8 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
       in the list; every k's unique_clusters is the count of new slots among the first k
       (`windows`), and the k-sweep and the redundancy cost are sums of the same flags.
     - `slot_tokens` holds each of those slots' `tokens` (null where the results have none).
+    - `repeats` lists the slots that repeat a key above them, with the key (`first_repeats`;
+      null when none): what `rules.crowding` ranks the keys by.
     - Malformed rows group on their own and only carry `malformed_rows`.
 
     Only built-in aggregates and array functions. What the lists collect is computed in a
@@ -280,6 +282,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
             (slots.getField("tokens") if has_tokens else no_tokens).alias("slot_tokens"),
         )
         .select("*", new_slots(F.col("slot_keys")).alias("new_slots"))
+        .select("*", repeated_slots(F.col("slot_keys"), F.col("new_slots")).alias("repeats"))
         .select(
             "metric_date",
             "request_id",
@@ -292,6 +295,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
             windows(F.col("new_slots"), ks).alias("windows"),
             "new_slots",
             "slot_tokens",
+            _null_if_empty(first_repeats(F.col("repeats"))).alias("repeats"),
             *[
                 _null_if_empty(F.sort_array(c) if c == "invalid_entries" else F.col(c)).alias(c)
                 for c in RARE_LISTS
@@ -312,6 +316,27 @@ def _null_if_empty(values: Column) -> Column:
 def new_slots(keys: Column) -> Column:
     """array<boolean>: whether each key is the first occurrence of its value in `keys`."""
     return F.transform(keys, lambda key, i: F.array_position(keys, key) == i + 1)
+
+
+def repeated_slots(keys: Column, new_slots: Column) -> Column:
+    """array<struct<pos, key>>: the slots (pos from 1) whose key already appeared above them,
+    in slot order: what `crowding` counts, per key, as redundant slots."""
+    slots = F.transform(keys, lambda key, i: F.struct((i + 1).alias("pos"), key.alias("key")))
+    return F.filter(slots, lambda _, i: ~F.element_at(new_slots, i + 1))
+
+
+def first_repeats(repeats: Column) -> Column:
+    """`repeated_slots` with `first`: whether the slot is its key's first repeat in the list
+    (the request is one the key crowds from that slot's k on)."""
+    keys = repeats.getField("key")
+    return F.transform(
+        repeats,
+        lambda slot, i: F.struct(
+            slot["pos"].alias("pos"),
+            slot["key"].alias("key"),
+            (F.array_position(keys, slot["key"]) == i + 1).alias("first"),
+        ),
+    )
 
 
 def unique_clusters_at(new_slots: Column, k: int) -> Column:

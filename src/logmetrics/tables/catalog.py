@@ -32,6 +32,7 @@ from logmetrics.config import OutputConfig
 from logmetrics.schemas import (
     ALERTS,
     BY_QUERY,
+    CROWDING,
     DAILY,
     DATA_QUALITY,
     EVALUATION_RESULTS,
@@ -84,6 +85,12 @@ REDUNDANCY_COST_TABLE = Table(
     "Redundant slots in the top-k, their prompt tokens and USD; grain (metric_date, k, "
     "segment, segment_value).",
 )
+CROWDING_TABLE = Table(
+    "unique_clusters_crowding",
+    CROWDING,
+    "What crowds the top-k: the cluster keys with the most redundant slots; grain "
+    "(metric_date, k, segment, segment_value, rank).",
+)
 DATA_QUALITY_TABLE = Table(
     "data_quality",
     DATA_QUALITY,
@@ -124,6 +131,7 @@ OUTPUT_TABLES = (
     DAILY_TABLE,
     K_SWEEP_TABLE,
     REDUNDANCY_COST_TABLE,
+    CROWDING_TABLE,
     DATA_QUALITY_TABLE,
     QUARANTINE_TABLE,
     MISSING_CLUSTER_CHUNKS_TABLE,
