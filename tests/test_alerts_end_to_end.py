@@ -199,11 +199,26 @@ def test_alerts_command_exit_codes_and_output(
 
     assert alerts(FIRST_JUDGED, END, "--fail-on-alert") == 4
     out, err = capsys.readouterr()
-    lines = out.splitlines()
+    lines = [line for line in out.splitlines() if not line.startswith("  #")]
     assert len(lines) == len(before[before.status.isin(["alert", "improvement"])])
     assert f"ALERT {REGRESSED} surface=app k=10 share_at_or_below_threshold: " in out
     assert f"IMPROVEMENT {IMPROVED} surface=web k=10 mean: " in out
     assert all(" vs baseline " in line and " ± " in line for line in lines)
+    # Under each alert, its day's top 5 crowding keys of its k and segment row, in rank order.
+    crowding = _table(spark, built["warehouse"], "unique_clusters_crowding")
+    top = crowding[
+        (crowding.metric_date == REGRESSED)
+        & (crowding.k == 10)
+        & (crowding.segment_value == "app")
+        & (crowding["rank"] <= 5)
+    ].sort_values("rank")
+    block = out.split(f"ALERT {REGRESSED} surface=app k=10 share_at_or_below_threshold: ")[1]
+    culprits = block.splitlines()[1:6]
+    assert len(top) == 5 and [c.split(":")[0] for c in culprits] == [
+        f"  #{r.rank} cluster {r.cluster_id}" if r.cluster_id else f"  #{r.rank} chunk {r.chunk_id}"
+        for r in top.itertuples()
+    ]
+    assert [int(c.split(": ")[1].split()[0]) for c in culprits] == list(top.redundant_slots)
     assert "logmetrics: error: " in err and "alert(s)" in err
     assert alerts(REGRESSED, REGRESSED) == 0  # without --fail-on-alert an alert is news
     assert alerts(FIRST_JUDGED, FIRST_JUDGED, "--fail-on-alert") == 0

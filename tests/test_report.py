@@ -28,9 +28,10 @@ from logmetrics.report import (
     load_report_data,
     render,
 )
-from logmetrics.schemas import ALERTS, DAILY, K_SWEEP, REDUNDANCY_COST
+from logmetrics.schemas import ALERTS, CROWDING, DAILY, K_SWEEP, REDUNDANCY_COST
 from logmetrics.tables.catalog import (
     ALERTS_TABLE,
+    CROWDING_TABLE,
     DAILY_TABLE,
     K_SWEEP_TABLE,
     REDUNDANCY_COST_TABLE,
@@ -149,6 +150,42 @@ ALERT_ROWS = [
 ]
 
 
+# unique_clusters_crowding: (day, k, segment, value, cluster_id, chunk_id, redundant slots),
+# ranked in this order per (day, k, segment row).
+CROWDING_ROWS = [
+    *[(D2, 3, "all", "all", f"c{i:02d}", None, 130 - 10 * i) for i in range(1, 13)],
+    (D2, 2, "all", "all", "z", None, 5),  # not the alert's k
+    (D1, 3, "all", "all", "Q", None, 7),  # neither the last day nor an alert's
+    (D3, 3, "all", "all", "A", None, 9),
+    (D3, 3, "all", "all", None, "chunk-x", 4),
+    (D3, 2, "all", "all", "B", None, 3),  # the last day is shown at its largest k
+    (D3, 3, "surface", "web", "W", None, 50),  # an improvement: not shown
+]
+
+
+def _crowding_rows() -> list[tuple[Any, ...]]:
+    out, ranks = [], {}
+    for day, k, segment, value, cluster_id, chunk_id, slots in CROWDING_ROWS:
+        rank = ranks[(day, k, segment, value)] = ranks.get((day, k, segment, value), 0) + 1
+        row = {
+            "metric_date": day,
+            "k": k,
+            "segment": segment,
+            "segment_value": value,
+            "rank": rank,
+            "cluster_id": cluster_id,
+            "chunk_id": chunk_id,
+            "redundant_slots": slots,
+            "requests_affected": 1,
+            "share_of_redundant_slots": 0.5,
+            "cluster_size": 2,
+            "example_request_ids": ["r1"],
+            **STAMP,
+        }
+        out.append(tuple(row[f.name] for f in CROWDING.fields))
+    return out
+
+
 def _alert_row(values: tuple[Any, ...]) -> tuple[Any, ...]:
     day, segment, segment_value, k, statistic, status, value, baseline = values
     row = {
@@ -211,6 +248,8 @@ def warehouse(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
     )
     alerts = spark.createDataFrame([_alert_row(r) for r in ALERT_ROWS], ALERTS)
     replace_dates(spark, alerts, output, ALERTS_TABLE, days)
+    crowding = spark.createDataFrame(_crowding_rows(), CROWDING)
+    replace_dates(spark, crowding, output, CROWDING_TABLE, days)
     evaluation = spark.createDataFrame(
         [
             ("bm25", "q1", 10, "recall", 0.9876),
@@ -396,6 +435,19 @@ def test_alerts_are_the_fired_rows_in_range_all_traffic_first(data: Any) -> None
     )  # fmt: skip
 
 
+def test_what_crowds_the_window_is_the_last_day_and_each_alert_day(data: Any) -> None:
+    """D2's share alert (all traffic, k = 3): its top 10 keys of 12; the last day D3: all
+    traffic at its largest k. Not D1 (no alert), not D3's web improvement."""
+    shown = data.crowding
+    keys = list(zip(shown.metric_date, shown.k, shown.cluster_id, shown.chunk_id, strict=True))
+    assert keys == [(D2, 3, f"c{i:02d}", None) for i in range(1, 11)] + [
+        (D3, 3, "A", None),
+        (D3, 3, None, "chunk-x"),
+    ]
+    assert shown["redundant_slots"].tolist()[:2] == [120, 110]
+    assert set(shown["segment"]) == {"all"}
+
+
 # --- the images and the page ----------------------------------------------------------------
 
 PNGS = [
@@ -407,6 +459,8 @@ PNGS = [
     "missing_cluster_rate",
     "redundancy_cost",
     "segments",
+    "crowding_2026-10-02",  # the alert day
+    "crowding_2026-10-03",  # the last day
 ]
 
 
@@ -449,6 +503,17 @@ def test_html_is_self_contained_and_shows_the_numbers(rendered: Path) -> None:
     assert ">2.33333<" in segments and ">1.83333<" in segments and ">web<" in segments
     assert ">0.6125<" in page and ">0.4321<" in page and "0.9876" not in page
     assert ">0.025<" in _section(page, "missing_cluster_rate")
+
+
+def test_what_crowds_the_window_has_a_chart_and_table_per_day(rendered: Path) -> None:
+    page = rendered.read_text(encoding="utf-8")
+    alert_day = _section(page, "crowding_2026-10-02")
+    assert "(an alert day)" in alert_day and ">c10<" in alert_day and ">c11<" not in alert_day
+    last_day = _section(page, "crowding_2026-10-03")
+    assert "(the last day of the report)" in last_day and ">chunk-x<" in last_day
+    assert 'id="crowding_2026-10-01"' not in page
+    for day in ("2026-10-02", "2026-10-03"):
+        assert (rendered.parent / f"crowding_{day}.png").stat().st_size > 0
 
 
 def test_alerts_are_listed_and_marked(rendered: Path) -> None:

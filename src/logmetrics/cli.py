@@ -640,8 +640,8 @@ def _cmd_alerts(args: argparse.Namespace) -> int:
 
     computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
     days = [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
-    rows = publish_alerts(get_spark(config.spark), config, days, args.run_id, computed_at)
-    alerts = announce(rows)
+    rows, culprits = publish_alerts(get_spark(config.spark), config, days, args.run_id, computed_at)
+    alerts = announce(rows, culprits)
     if alerts and args.fail_on_alert:
         raise AlertsFired(f"{alerts} alert(s) from {start} to {end} (--fail-on-alert)")
     return 0

@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 
 from logmetrics.config import Config, OutputConfig
 from logmetrics.errors import ConfigError, LogmetricsError
+from logmetrics.rules.alerts import as_date
 from logmetrics.schemas import (
     ALERT,
     ALL_QUERIES,
@@ -42,6 +43,7 @@ from logmetrics.schemas import (
 )
 from logmetrics.tables.catalog import (
     ALERTS_TABLE,
+    CROWDING_TABLE,
     DAILY_TABLE,
     EVALUATION_RESULTS_TABLE,
     K_SWEEP_TABLE,
@@ -85,6 +87,7 @@ class ReportData:
     evaluation: pd.DataFrame | None  # run, k, metric, value (+ queries): the ALL rows
     alerts: pd.DataFrame | None = None  # the alert and improvement rows, every segment
     # None: no unique_clusters_alerts table (no marks); empty: nothing fired in the range.
+    crowding: pd.DataFrame | None = None  # the top keys shown, per day (`_crowding_shown`)
 
 
 # --- reading (Spark) ------------------------------------------------------------------------
@@ -97,6 +100,11 @@ _K_SWEEP_COLUMNS += ["unique_clusters_total"]
 _COST_COLUMNS = ["metric_date", "k", "segment", "segment_value", "queries", "slots"]
 _COST_COLUMNS += ["redundant_slots", "redundant_tokens", "redundant_usd"]
 _EVALUATION_COLUMNS = ["run", "k", "metric", "value"]
+_CROWDING_COLUMNS = ["metric_date", "k", "segment", "segment_value", "rank", "cluster_id"]
+_CROWDING_COLUMNS += ["chunk_id", "redundant_slots", "requests_affected"]
+_CROWDING_COLUMNS += ["share_of_redundant_slots", "cluster_size"]
+CROWDING_SHOWN = 10
+"""Keys shown per day in "What crowds the window"."""
 
 
 def load_report_data(
@@ -134,6 +142,14 @@ def load_report_data(
     cost = _optional(spark, output, REDUNDANCY_COST_TABLE, start, end, _COST_COLUMNS)
     alerts_df = read_table(spark, output, ALERTS_TABLE)  # absent: no marks, and no error
     alerts = None if alerts_df is None else _in_range(alerts_df, start, end, _ALERT_COLUMNS)
+    crowding_df = read_table(spark, output, CROWDING_TABLE)
+    crowding = (
+        None
+        if crowding_df is None
+        else _in_range(
+            crowding_df.where(F.col("rank") <= CROWDING_SHOWN), start, end, _CROWDING_COLUMNS
+        )
+    )
     return build_report_data(
         daily,
         k_sweep,
@@ -143,6 +159,7 @@ def load_report_data(
         end,
         max_missing_cluster_rate=config.quality.max_missing_cluster_rate,
         alerts=alerts,
+        crowding=crowding,
     )
 
 
@@ -191,9 +208,11 @@ def build_report_data(
     end: dt.date,
     max_missing_cluster_rate: float | None = None,
     alerts: pd.DataFrame | None = None,
+    crowding: pd.DataFrame | None = None,
 ) -> ReportData:
     """The figures' frames from the tables' rows in [start, end] (pure pandas); `alerts`, the
-    unique_clusters_alerts rows of the range (None when the table does not exist)."""
+    unique_clusters_alerts rows of the range, and `crowding`, its unique_clusters_crowding
+    rows (each None when the table does not exist)."""
     everything = _all_traffic(daily)
     if everything.empty:
         raise ReportError(f"{DAILY_TABLE.name} has no all-traffic rows from {start} to {end}")
@@ -218,7 +237,38 @@ def build_report_data(
         segments=_segments(daily),
         evaluation=_evaluation_frame(evaluation),
         alerts=_fired(alerts),
+        crowding=_crowding_shown(crowding, _fired(alerts), end),
     )
+
+
+def _crowding_shown(
+    rows: pd.DataFrame | None, fired: pd.DataFrame | None, end: dt.date
+) -> pd.DataFrame | None:
+    """The top `CROWDING_SHOWN` keys of the report's last day (all traffic, its largest k) and
+    of each day with an alert (the alert's k and segment row: its first alert, all traffic
+    first), as `_CROWDING_COLUMNS`, by date then rank. None without the table."""
+    if rows is None:
+        return None
+    alerts = pd.DataFrame() if fired is None else fired[fired["status"] == ALERT]
+    shown: dict[dt.date, tuple[int | None, str, str]] = {end: (None, ALL_TRAFFIC, ALL_TRAFFIC)}
+    for alert in alerts.itertuples():
+        day = as_date(alert.metric_date)
+        if day not in shown or (day == end and shown[end][0] is None):
+            shown[day] = (int(alert.k), str(alert.segment), str(alert.segment_value))
+    frames = []
+    for day, (k, segment, value) in sorted(shown.items()):
+        of_day = rows[
+            (rows["metric_date"].map(as_date) == day)
+            & (rows["segment"] == segment)
+            & (rows["segment_value"] == value)
+        ]
+        if of_day.empty:
+            continue
+        k = int(of_day["k"].max()) if k is None else k
+        frames.append(of_day[of_day["k"] == k].sort_values("rank").head(CROWDING_SHOWN))
+    if not frames:
+        return pd.DataFrame(columns=_CROWDING_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[_CROWDING_COLUMNS]
 
 
 def _fired(rows: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -401,6 +451,9 @@ def render(data: ReportData, out_dir: Path) -> Path:
     ]
     if data.segments is not None:
         sections.append(_segments_section(data, out_dir))
+    for stale in out_dir.glob("crowding_*.png"):
+        stale.unlink()
+    sections += _crowding_sections(data, out_dir)
     index = out_dir / "index.html"
     index.write_text(_html(data, sections), encoding="utf-8")
     return index
@@ -738,6 +791,50 @@ def _cost_section(data: ReportData, out_dir: Path) -> _Section:
         cost,
         _save(fig, out_dir / "redundancy_cost.png"),
     )
+
+
+def _crowding_sections(data: ReportData, out_dir: Path) -> list[_Section]:
+    """ "What crowds the window": per day shown (`_crowding_shown`), a bar chart and a table of
+    its top keys by redundant slots."""
+    title = "What crowds the window"
+    if data.crowding is None:
+        return [_Section("crowding", title, "", None, None, _absent(CROWDING_TABLE, data))]
+    sections = []
+    for day, rows in data.crowding.groupby(data.crowding["metric_date"].map(as_date)):
+        k, segment, value = rows.iloc[0][["k", "segment", "segment_value"]]
+        where = "all traffic" if segment == ALL_TRAFFIC else f"{segment}={value}"
+        names = [
+            f"cluster {c}" if isinstance(c, str) else f"chunk {h}"
+            for c, h in zip(rows["cluster_id"], rows["chunk_id"], strict=True)
+        ]
+        fig, (ax,) = _figure()
+        ax.barh(names[::-1], rows["redundant_slots"][::-1], color="tab:orange")
+        ax.set_xlabel("redundant slots (copies beyond the first in a top-k)")
+        ax.set_title(f"Top keys by redundant slots, {day.isoformat()}, {where}, k={k}")
+        fired = (
+            data.alerts
+            if data.alerts is not None
+            else pd.DataFrame(columns=["status", "metric_date"])
+        )
+        alerts = fired[fired["status"] == ALERT]
+        alert = bool((alerts["metric_date"].map(as_date) == day).any())
+        sections.append(
+            _Section(
+                f"crowding_{day.isoformat()}",
+                f"{title}: {day.isoformat()}",
+                f"The keys (a cluster id, or a chunk without one) whose copies took the most "
+                f"slots of the top-{k} on {day.isoformat()}, {where}"
+                + (" (an alert day)" if alert else " (the last day of the report)")
+                + ": copies beyond the first in a request's top-k, summed over the day's "
+                "requests (unique_clusters_crowding).",
+                rows.reset_index(drop=True),
+                _save(fig, out_dir / f"crowding_{day.isoformat()}.png"),
+            )
+        )
+    if not sections:
+        note = f"No crowding rows for {data.end} or the alert days: no repeats in the top-k."
+        return [_Section("crowding", title, "", None, None, note)]
+    return sections
 
 
 def _segments_section(data: ReportData, out_dir: Path) -> _Section:

@@ -18,7 +18,14 @@ from hypothesis import strategies as st
 
 import reference
 from logmetrics.config import AlertsConfig
-from logmetrics.rules.alerts import ALERT_COLUMNS, alert_rows, baseline_dates, describe
+from logmetrics.rules.alerts import (
+    ALERT_COLUMNS,
+    alert_rows,
+    baseline_dates,
+    culprits,
+    describe,
+    describe_culprit,
+)
 
 DAY = dt.date(2026, 10, 29)  # a Thursday
 WEEK = dt.timedelta(weeks=1)
@@ -364,3 +371,61 @@ def test_the_rule_agrees_with_the_reference(
                 assert pd.isna(actual[name]), name
             else:
                 assert actual[name] == value, (name, actual, want)
+
+
+def crowd(day: dt.date, *keys: tuple[str | None, str | None, int], k: int = 2) -> list[dict]:
+    """Crowding rows of one day, ranked in the order given: (cluster_id, chunk_id, slots)."""
+    return [
+        {
+            "metric_date": day,
+            "k": k,
+            "segment": "all",
+            "segment_value": "all",
+            "rank": rank,
+            "cluster_id": cluster_id,
+            "chunk_id": chunk_id,
+            "redundant_slots": slots,
+        }
+        for rank, (cluster_id, chunk_id, slots) in enumerate(keys, start=1)
+    ]
+
+
+def test_culprits_are_the_days_top_keys_against_the_alerts_baseline_days() -> None:
+    """The share alert of DAY (baseline: the three weeks before; the fourth week before is a
+    failed-quality day, out of the baseline). Six keys listed on DAY: the top five are named.
+    A's baseline mean is (10 + 20 + 0) / 3, B's 3 / 3; C, D and the chunk x are listed on no
+    baseline day (C is listed on the day left out): new."""
+    daily = frame(
+        row(DAY, 0.40), *weekly([0.20, 0.22, 0.24]), row(DAY - 4 * WEEK, 0.2, dq_passed=False)
+    )
+    alerts = alert_rows(daily, [DAY], AlertsConfig())
+    assert list(alerts[alerts.status == "alert"].statistic) == [SHARE]
+    listed = pd.DataFrame(
+        crowd(DAY, ("A", None, 90), ("C", None, 50), (None, "x", 40), ("B", None, 7))
+        + crowd(DAY, ("D", None, 5), ("E", None, 1))
+        + crowd(DAY - WEEK, ("A", None, 10), ("B", None, 3))
+        + crowd(DAY - 2 * WEEK, ("A", None, 20))
+        + crowd(DAY - 4 * WEEK, ("C", None, 99))
+        + crowd(DAY, ("A", None, 1), k=3)  # another k: not this alert's
+    )
+    listed["rank"] = listed.groupby(["metric_date", "k"]).cumcount() + 1
+    got = culprits(alerts, daily, listed, AlertsConfig())
+    assert list(zip(got.cluster_id, got.chunk_id, got.redundant_slots, strict=True)) == [
+        ("A", None, 90),
+        ("C", None, 50),
+        (None, "x", 40),
+        ("B", None, 7),
+        ("D", None, 5),
+    ]
+    assert list(got["rank"]) == [1, 2, 3, 4, 5]
+    assert got.baseline_redundant_slots.tolist() == pytest.approx([10.0, 0.0, 0.0, 1.0, 0.0])
+    assert got.is_new.tolist() == [False, True, True, False, True]
+    assert set(got.statistic) == {SHARE} and set(got.metric_date) == {DAY}
+    lines = [describe_culprit(r) for r in got.itertuples()]
+    assert lines[0] == "  #1 cluster A: 90 redundant slots (baseline mean 10.0)"
+    assert lines[2] == (
+        "  #3 chunk x: 40 redundant slots (baseline mean 0.0), NEW among the baseline's top keys"
+    )
+    # No alert, or no crowding rows: no culprits.
+    assert culprits(alerts.assign(status="ok"), daily, listed, AlertsConfig()).empty
+    assert culprits(alerts, daily, listed.iloc[0:0], AlertsConfig()).empty

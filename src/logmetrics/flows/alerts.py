@@ -7,7 +7,8 @@ replacing exactly those dates).
 `run`/`backfill` judge each chunk's published days from the rows the run read once and the
 rows it computed (`flows.chunk`, with `flows.history`), and write them beside the chunk's
 other tables. An alert never fails the run that finds it: it is printed and logged (the day
-is real data).
+is real data), each with its culprits: the day's top crowding keys against its baseline
+(`rules.alerts.culprits`, from `unique_clusters_crowding`, read only when an alert fired).
 """
 
 from __future__ import annotations
@@ -25,10 +26,19 @@ from pyspark.sql import functions as F
 
 from logmetrics.config import Config
 from logmetrics.errors import InputError
-from logmetrics.rules.alerts import alert_rows, describe
+from logmetrics.rules.alerts import (
+    CULPRIT_COLUMNS,
+    alert_rows,
+    as_date,
+    baseline_dates,
+    culprits,
+    describe,
+    describe_culprit,
+)
 from logmetrics.schemas import ALERT, ALERTS, DAILY_COLUMNS, IMPROVEMENT
 from logmetrics.tables.catalog import (
     ALERTS_TABLE,
+    CROWDING_TABLE,
     DAILY_TABLE,
     read_table,
     replace_dates,
@@ -44,10 +54,11 @@ def publish_alerts(
     days: Sequence[dt.date],
     run_id: str,
     computed_at: dt.datetime,
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Judge `days` against the published daily table and replace their rows of
     unique_clusters_alerts (a day without published rows is left with none). Returns the rows
-    written but the run's stamp (`alerts.ALERT_COLUMNS`)."""
+    written but the run's stamp (`alerts.ALERT_COLUMNS`), and the alerts' culprits
+    (`culprit_rows`)."""
     began = time.monotonic()
     first, last = min(days), max(days)
     daily = published_daily(
@@ -70,7 +81,34 @@ def publish_alerts(
         last,
         time.monotonic() - began,
     )
-    return rows
+    return rows, culprit_rows(spark, config, rows, daily)
+
+
+def culprit_rows(
+    spark: SparkSession, config: Config, alerts: pd.DataFrame, daily: pd.DataFrame
+) -> pd.DataFrame:
+    """`rules.alerts.culprits` of the `alert` rows, from the published crowding rows of their
+    days and baseline days (no read when nothing fired, or before the table exists)."""
+    fired = alerts[alerts["status"] == ALERT]
+    crowding_df = None if fired.empty else read_table(spark, config.output, CROWDING_TABLE)
+    if crowding_df is None:
+        return pd.DataFrame(columns=CULPRIT_COLUMNS)
+    days = {as_date(d) for d in fired["metric_date"]}
+    wanted = days | {b for d in days for b in baseline_dates(d, config.alerts)}
+    rows = crowding_df.where(
+        F.col("metric_date").isin(sorted(wanted))
+        & F.col("k").isin(sorted({int(k) for k in fired["k"]}))
+    ).select(
+        "metric_date",
+        "k",
+        "segment",
+        "segment_value",
+        "rank",
+        "cluster_id",
+        "chunk_id",
+        "redundant_slots",
+    )
+    return culprits(alerts, daily, pd.DataFrame(rows.toPandas()), config.alerts)
 
 
 def alerts_frame(
@@ -105,12 +143,22 @@ def published_daily(
     return pd.DataFrame(selected.toPandas(), columns=DAILY_COLUMNS)
 
 
-def announce(rows: pd.DataFrame) -> int:
-    """Print and log one line per alert and improvement, in date order; return the number of
-    alerts."""
+def announce(rows: pd.DataFrame, culprits: pd.DataFrame | None = None) -> int:
+    """Print and log one line per alert and improvement, in date order, each alert followed by
+    a line per culprit (`culprit_rows`); return the number of alerts."""
     fired = rows[rows["status"].isin([ALERT, IMPROVEMENT])]
+    culprits = pd.DataFrame(columns=CULPRIT_COLUMNS) if culprits is None else culprits
     for row in fired.itertuples():
         line = describe(row)
+        mine = culprits[
+            (culprits["metric_date"].map(as_date) == as_date(row.metric_date))
+            & (culprits["k"] == row.k)
+            & (culprits["segment"] == row.segment)
+            & (culprits["segment_value"] == row.segment_value)
+            & (culprits["statistic"] == row.statistic)
+        ]
+        if row.status == ALERT and not mine.empty:
+            line += "\n" + "\n".join(describe_culprit(c) for c in mine.itertuples())
         print(line, flush=True)
         log.log(
             logging.WARNING if row.status == ALERT else logging.INFO,

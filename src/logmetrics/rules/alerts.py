@@ -112,13 +112,7 @@ def alert_rows(
     later days use its earlier days.
     Returns `ALERT_COLUMNS`, sorted by date, k, segment, segment value and statistic.
     """
-    wanted = None if ks is None else set(ks)
-    series: dict[tuple[Any, ...], dict[dt.date, _Day]] = {}
-    for row in daily.itertuples(index=False):
-        if wanted is not None and int(row.k) not in wanted:
-            continue
-        key = (int(row.k), str(row.segment), str(row.segment_value))
-        series.setdefault(key, {})[as_date(row.metric_date)] = _day(row)
+    series = _series(daily, ks)
     out = []
     for day in sorted(set(days)):
         for key in sorted(series):
@@ -130,6 +124,35 @@ def alert_rows(
     return pd.DataFrame(out, columns=ALERT_COLUMNS).astype(_DTYPES)
 
 
+def _series(
+    daily: pd.DataFrame, ks: Iterable[int] | None
+) -> dict[tuple[Any, ...], dict[dt.date, _Day]]:
+    """The daily rows per (k, segment, segment_value) and date (k in `ks` when given)."""
+    wanted = None if ks is None else set(ks)
+    series: dict[tuple[Any, ...], dict[dt.date, _Day]] = {}
+    for row in daily.itertuples(index=False):
+        if wanted is not None and int(row.k) not in wanted:
+            continue
+        key = (int(row.k), str(row.segment), str(row.segment_value))
+        series.setdefault(key, {})[as_date(row.metric_date)] = _day(row)
+    return series
+
+
+def _baseline(
+    day: dt.date,
+    statistic: str,
+    today: _Day,
+    history: dict[dt.date, _Day],
+    settings: AlertsConfig,
+) -> list[dt.date]:
+    """The baseline days that qualify for the statistic (`_qualifies`), newest first."""
+    return [
+        d
+        for d in baseline_dates(day, settings)
+        if d in history and _qualifies(history[d], statistic, today, settings)
+    ]
+
+
 def _judge(
     day: dt.date,
     key: tuple[Any, ...],
@@ -139,11 +162,7 @@ def _judge(
     settings: AlertsConfig,
 ) -> dict[str, Any]:
     value = today.values[statistic]
-    baseline = [
-        history[d]
-        for d in baseline_dates(day, settings)
-        if d in history and _qualifies(history[d], statistic, today, settings)
-    ]
+    baseline = [history[d] for d in _baseline(day, statistic, today, history, settings)]
     values = [v for b in baseline if (v := b.values[statistic]) is not None]  # all: see _qualifies
     mean = statistics.fmean(values) if values else None
     sd = statistics.stdev(values) if len(values) >= 2 else None
@@ -183,6 +202,100 @@ def _judge(
             b.cluster_table_version != today.cluster_table_version for b in baseline
         ),
     }
+
+
+CULPRITS = 5
+"""Crowding keys listed under each alert: the day's top five."""
+
+CULPRIT_COLUMNS = [
+    "metric_date",
+    "k",
+    "segment",
+    "segment_value",
+    "statistic",
+    "rank",
+    "cluster_id",
+    "chunk_id",
+    "redundant_slots",
+    "baseline_redundant_slots",
+    "is_new",
+]
+
+
+def culprits(
+    alerts: pd.DataFrame,
+    daily: pd.DataFrame,
+    crowding: pd.DataFrame,
+    settings: AlertsConfig,
+    top: int = CULPRITS,
+) -> pd.DataFrame:
+    """For each `alert` row of `alert_rows`, the `top` keys of its day's crowding rows (the same
+    k and segment row, `unique_clusters_crowding`): their redundant slots that day, their mean
+    over the alert's baseline days (the days that qualified for its statistic; a key not listed
+    on a baseline day counts 0 there) and `is_new`: listed on none of those days.
+
+    `daily`: the published daily rows the alerts were judged from; `crowding`: the crowding
+    rows of the alert days and of their baseline days. Returns `CULPRIT_COLUMNS`, in the order
+    of the alerts, then by rank."""
+    fired = alerts[alerts["status"] == ALERT]
+    if fired.empty or crowding.empty:
+        return pd.DataFrame(columns=CULPRIT_COLUMNS)
+    series = _series(daily, None)
+    listed: dict[tuple[Any, ...], list[Any]] = {}
+    for row in crowding.sort_values("rank").itertuples(index=False):
+        where = (as_date(row.metric_date), int(row.k), str(row.segment), str(row.segment_value))
+        listed.setdefault(where, []).append(row)
+    out = []
+    for alert in fired.itertuples(index=False):
+        day, row_key = (
+            as_date(alert.metric_date),
+            (int(alert.k), alert.segment, alert.segment_value),
+        )
+        history = series.get(row_key, {})
+        if day not in history:
+            continue
+        baseline = _baseline(day, alert.statistic, history[day], history, settings)
+        before = [
+            {_crowding_key(r): int(r.redundant_slots) for r in listed.get((d, *row_key), [])}
+            for d in baseline
+        ]
+        for culprit in listed.get((day, *row_key), [])[:top]:
+            key = _crowding_key(culprit)
+            out.append(
+                {
+                    "metric_date": day,
+                    "k": row_key[0],
+                    "segment": row_key[1],
+                    "segment_value": row_key[2],
+                    "statistic": alert.statistic,
+                    "rank": int(culprit.rank),
+                    "cluster_id": culprit.cluster_id,
+                    "chunk_id": culprit.chunk_id,
+                    "redundant_slots": int(culprit.redundant_slots),
+                    "baseline_redundant_slots": (
+                        statistics.fmean(b.get(key, 0) for b in before) if before else None
+                    ),
+                    "is_new": all(key not in b for b in before),
+                }
+            )
+    return pd.DataFrame(out, columns=CULPRIT_COLUMNS)
+
+
+def _crowding_key(row: Any) -> tuple[str | None, str | None]:
+    return (_text(row.cluster_id), _text(row.chunk_id))
+
+
+def _text(value: Any) -> str | None:
+    return None if _is_null(value) else str(value)
+
+
+def describe_culprit(row: Any) -> str:
+    """One line under an alert: the key, its redundant slots, the baseline's, new or not."""
+    name = f"cluster {row.cluster_id}" if not _is_null(row.cluster_id) else f"chunk {row.chunk_id}"
+    baseline = row.baseline_redundant_slots
+    then = "no baseline day" if _is_null(baseline) else f"baseline mean {baseline:.1f}"
+    new = ", NEW among the baseline's top keys" if row.is_new else ""
+    return f"  #{row.rank} {name}: {row.redundant_slots} redundant slots ({then}){new}"
 
 
 def _qualifies(past: _Day, statistic: str, today: _Day, settings: AlertsConfig) -> bool:
