@@ -1,2 +1,2 @@
-"""The rules, pure and free of I/O: the per-request metric, the daily aggregation, cluster keys,
-the alert rule and the judged-evaluation metrics. They import only schemas, config and errors."""
+"""The rules, pure and free of I/O: the per-request metric, daily aggregation, crowding, cluster
+keys, the alert rule and judged evaluation. They import only schemas, config and errors."""

@@ -72,7 +72,7 @@ def crowding(
     )
     top = named.withColumn("rank", F.row_number().over(order)).where(F.col("rank") <= top_n)
     # Every listed key has a redundant slot, so a request it crowds: the join keeps every row.
-    return top.join(_examples(per_k, top), on=[*_GROUP, "key"]).select(
+    return top.join(_examples(per_k), on=[*_GROUP, "key"]).select(
         *_GROUP,
         "rank",
         "cluster_id",
@@ -115,15 +115,14 @@ def _named(candidates_df: DataFrame, keys_df: DataFrame) -> DataFrame:
     )
 
 
-def _examples(per_k: DataFrame, top: DataFrame) -> DataFrame:
+def _examples(per_k: DataFrame) -> DataFrame:
     """(group, key, example_request_ids): the `EXAMPLES` smallest request ids where the key has
-    at least two entries in the top-k (each such request has one `first` repeat of it)."""
-    affected = per_k.where(F.col("first")).join(
-        F.broadcast(top.select(*_GROUP, "key")), on=[*_GROUP, "key"], how="left_semi"
-    )
+    at least two entries in the top-k (each such request has one `first` repeat of it). A
+    row_number limit: Spark keeps the first rows of each group before the shuffle."""
     smallest = Window.partitionBy(*_GROUP, "key").orderBy("request_id")
     return (
-        affected.select(*_GROUP, "key", "request_id", F.row_number().over(smallest).alias("nth"))
+        per_k.where(F.col("first"))
+        .select(*_GROUP, "key", "request_id", F.row_number().over(smallest).alias("nth"))
         .where(F.col("nth") <= EXAMPLES)
         .groupBy(*_GROUP, "key")
         .agg(F.sort_array(F.collect_list("request_id")).alias("example_request_ids"))
