@@ -52,6 +52,7 @@ def _config(data: Path, warehouse: Path, logs: bool = True) -> Path:
         + f"output: {{warehouse: '{warehouse}'}}\n"
         + f"metrics: {{ks: {list(KS)}, segment_by: [surface]}}\n"
         + "backfill: {days_per_chunk: 25}\n"
+        + "crowding: {enabled: true}\n"
         + "spark: {master: 'local[1]', driver_memory: 1g}\n"
     )
     return path

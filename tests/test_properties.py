@@ -235,7 +235,9 @@ def test_sweep_cost_and_segments_equal_reference(
     clusters_df = spark.createDataFrame(cluster_rows, CLUSTERS)
     max_k = max(ks)
     segmented_df = (
-        requests_by_key(logs_df, cluster_keys(clusters_df), ks, segment_by=("surface",))
+        requests_by_key(
+            logs_df, cluster_keys(clusters_df), ks, segment_by=("surface",), repeats=True
+        )
         .transform(filter_served_requests)
         .transform(with_segments, ("surface",))
     )

@@ -246,6 +246,12 @@ class CostConfig(_Section):
 class CrowdingConfig(_Section):
     """What crowds the top-k (`unique_clusters_crowding`)."""
 
+    enabled: bool = Field(
+        default=False,
+        description="Write unique_clusters_crowding for every published day, and name each "
+        "alert's culprits from it. Off by default until its cost is cut: on the 90-day "
+        "benchmark it made the run 1.9x slower (the per-request repeats and the ranking).",
+    )
     top_clusters: StrictInt = Field(
         default=50,
         ge=1,

@@ -88,9 +88,11 @@ def culprit_rows(
     spark: SparkSession, config: Config, alerts: pd.DataFrame, daily: pd.DataFrame
 ) -> pd.DataFrame:
     """`rules.alerts.culprits` of the `alert` rows, from the published crowding rows of their
-    days and baseline days (no read when nothing fired, or before the table exists)."""
+    days and baseline days (none without `crowding.enabled`; no read when nothing fired, or
+    before the table exists)."""
     fired = alerts[alerts["status"] == ALERT]
-    crowding_df = None if fired.empty else read_table(spark, config.output, CROWDING_TABLE)
+    named = config.crowding.enabled and not fired.empty
+    crowding_df = read_table(spark, config.output, CROWDING_TABLE) if named else None
     if crowding_df is None:
         return pd.DataFrame(columns=CULPRIT_COLUMNS)
     days = {as_date(d) for d in fired["metric_date"]}

@@ -161,7 +161,13 @@ class Chunk:
         """The chunk's logs, one row per (metric_date, request_id, is_malformed): the one pass."""
         metrics = self.config.metrics
         return requests_by_key(
-            logs_df, keys.df, metrics.ks, salt, keys.broadcast, metrics.segment_by
+            logs_df,
+            keys.df,
+            metrics.ks,
+            salt,
+            keys.broadcast,
+            metrics.segment_by,
+            repeats=self.config.crowding.enabled,
         )
 
     def _checks(
@@ -206,10 +212,11 @@ class Chunk:
         """The `publish` days of unique_clusters_by_query, and of unique_clusters_daily,
         unique_clusters_k_sweep and redundancy_cost_daily, which all come from one aggregation
         of the requests (`day_sums`: a few hundred rows, brought to the driver); of
-        unique_clusters_crowding, from the requests' repeated slots, named by the cluster keys
-        (`keys_df`); and of unique_clusters_alerts, those daily rows judged against the
-        published ones before them (returned too, to be announced once written)."""
-        metrics, cost = self.config.metrics, self.config.cost
+        unique_clusters_crowding (when `crowding.enabled`), from the requests' repeated slots,
+        named by the cluster keys (`keys_df`); and of unique_clusters_alerts, those daily rows
+        judged against the published ones before them (returned too, to be announced once
+        written)."""
+        metrics, cost, crowd = self.config.metrics, self.config.cost, self.config.crowding
         served_df = requests_df.transform(filter_served_requests).where(
             F.col("metric_date").isin(publish)
         )
@@ -233,11 +240,12 @@ class Chunk:
             (daily_df, DAILY_TABLE),
             (k_sweep(sums_df, every_k), K_SWEEP_TABLE),
             (cost_df, REDUNDANCY_COST_TABLE),
-            (
-                crowding(segmented_df, keys_df, metrics.ks, self.config.crowding.top_clusters),
-                CROWDING_TABLE,
-            ),
             (alerts_frame(self.spark, alerts, stamp.run_id, stamp.computed_at), ALERTS_TABLE),
+            *(
+                [(crowding(segmented_df, keys_df, metrics.ks, crowd.top_clusters), CROWDING_TABLE)]
+                if crowd.enabled
+                else []
+            ),
         ], alerts
 
     def _alerts(self, daily_df: DataFrame, publish: list[dt.date]) -> pd.DataFrame:

@@ -215,7 +215,7 @@ def with_cluster_keys(
 COUNTS = ("results", "missing_cluster_results", "non_positive_ranks")
 
 
-def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
+def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int], repeats: bool = False) -> DataFrame:
     """One row per (metric_date, request_id, is_malformed) with every metric of the request
     (one copy of it: see `filter_first_copies`).
 
@@ -225,8 +225,8 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
       in the list; every k's unique_clusters is the count of new slots among the first k
       (`windows`), and the k-sweep and the redundancy cost are sums of the same flags.
     - `slot_tokens` holds each of those slots' `tokens` (null where the results have none).
-    - `repeats` lists the slots that repeat a key above them, with the key (`first_repeats`;
-      null when none): what `rules.crowding` ranks the keys by.
+    - With `repeats`, a `repeats` column lists the slots that repeat a key above them, with
+      the key (`first_repeats`; null when none): what `rules.crowding` ranks the keys by.
     - Malformed rows group on their own and only carry `malformed_rows`.
 
     Only built-in aggregates and array functions. What the lists collect is computed in a
@@ -282,7 +282,14 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
             (slots.getField("tokens") if has_tokens else no_tokens).alias("slot_tokens"),
         )
         .select("*", new_slots(F.col("slot_keys")).alias("new_slots"))
-        .select("*", repeated_slots(F.col("slot_keys"), F.col("new_slots")).alias("repeats"))
+        .select(
+            "*",
+            *(
+                [repeated_slots(F.col("slot_keys"), F.col("new_slots")).alias("repeats")]
+                if repeats
+                else []
+            ),
+        )
         .select(
             "metric_date",
             "request_id",
@@ -295,7 +302,11 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int]) -> DataFrame:
             windows(F.col("new_slots"), ks).alias("windows"),
             "new_slots",
             "slot_tokens",
-            _null_if_empty(first_repeats(F.col("repeats"))).alias("repeats"),
+            *(
+                [_null_if_empty(first_repeats(F.col("repeats"))).alias("repeats")]
+                if repeats
+                else []
+            ),
             *[
                 _null_if_empty(F.sort_array(c) if c == "invalid_entries" else F.col(c)).alias(c)
                 for c in RARE_LISTS
@@ -362,8 +373,10 @@ def requests_by_key(
     salt: int = 0,
     broadcast: bool = True,
     segment_by: Sequence[str] = (),
+    repeats: bool = False,
 ) -> DataFrame:
-    """Served-log rows + `cluster_keys(clusters)` -> `to_requests` rows (the one pass)."""
+    """Served-log rows + `cluster_keys(clusters)` -> `to_requests` rows (the one pass); with
+    `repeats`, their repeated slots too (for `rules.crowding`)."""
     return (
         logs_df.transform(with_row_status)
         .transform(with_segment_values, segment_by)
@@ -371,7 +384,7 @@ def requests_by_key(
         .transform(filter_first_copies)
         .transform(explode_entries)
         .transform(with_cluster_keys, keys_df, salt, broadcast)
-        .transform(to_requests, ks)
+        .transform(to_requests, ks, repeats)
     )
 
 
