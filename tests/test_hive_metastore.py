@@ -18,7 +18,12 @@ from typing import Any
 import pytest
 
 from logmetrics.synthetic import generate
-from logmetrics.tables.catalog import DAILY_TABLE, EVALUATION_RESULTS_TABLE, OUTPUT_TABLES
+from logmetrics.tables.catalog import (
+    CROWDING_TABLE,
+    DAILY_TABLE,
+    EVALUATION_RESULTS_TABLE,
+    OUTPUT_TABLES,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.platform]
 
@@ -125,7 +130,8 @@ def test_the_tables_live_in_the_metastore_as_managed_delta_tables(
     root, found, _ = metastore
     assert found["catalog"] == "hive"
     assert (root / "metastore_db").is_dir()  # the Derby database, not an in-memory catalog
-    written = {t.name for t in OUTPUT_TABLES} - {EVALUATION_RESULTS_TABLE.name}
+    # Not written by the run: the judged evaluation, and crowding (crowding.enabled is off).
+    written = {t.name for t in OUTPUT_TABLES} - {EVALUATION_RESULTS_TABLE.name, CROWDING_TABLE.name}
     assert {name for name, kind in found["objects"].items() if kind == "MANAGED"} == written
     assert not (root / "paths").exists()
     assert found["format"] == "delta"
