@@ -14,6 +14,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 SINGLETON_PREFIX = "s:"
+CLUSTER_PREFIX = "c:"
 
 
 def cluster_keys(clusters_df: DataFrame, salt: int = 0) -> DataFrame:
@@ -36,7 +37,7 @@ def cluster_keys(clusters_df: DataFrame, salt: int = 0) -> DataFrame:
         .select(
             "chunk_id",
             F.when(F.col("cluster_id").isNull(), singleton_key(F.col("chunk_id")))
-            .otherwise(F.concat(F.lit("c:"), F.col("cluster_id")))
+            .otherwise(F.concat(F.lit(CLUSTER_PREFIX), F.col("cluster_id")))
             .alias("cluster_key"),
             "listed",
             "empty_ids",

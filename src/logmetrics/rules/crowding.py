@@ -19,10 +19,9 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from logmetrics.rules.cluster_keys import SINGLETON_PREFIX
+from logmetrics.rules.cluster_keys import CLUSTER_PREFIX, SINGLETON_PREFIX
 from logmetrics.rules.daily import SEGMENT_KEY
 
-CLUSTER_PREFIX = "c:"
 EXAMPLES = 3
 """Request ids listed per key (`example_request_ids`): the smallest, as text."""
 
