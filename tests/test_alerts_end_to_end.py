@@ -4,8 +4,8 @@ finds exactly what was planted, every row agrees with an independent implementat
 an alert.
 
 One warehouse, built once and read by every test here: 25 days x 1,800 queries, segments by
-surface, ks 5 and 10, default alert settings; a backfill of all days but the last, then the
-detector ships a new cluster table version and the nightly `run` computes the last day.
+surface, ks 5 and 10, default alert settings, crowding on; a backfill of all days but the last,
+then the detector ships a new cluster table version and the nightly `run` computes the last day.
 Surfaces: web ~55% (~990 queries a day), app ~35% (~630), api ~10% (~180, always under
 min_queries: the tiny segment).
 """
@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 
 import reference
 from logmetrics.cli import main
-from logmetrics.synthetic import PlantedChange, generate
+from logmetrics.synthetic import PlantedChange, PlantedFlood, generate
 
 START = dt.date(2026, 9, 7)  # a Monday
 DAYS = 25
@@ -36,6 +36,12 @@ PLANTED = [
     PlantedChange(REGRESSED, 0.12, "surface", "app"),
     PlantedChange(IMPROVED, -0.10, "surface", "web"),
     PlantedChange(WILD, 0.20, "surface", "api"),
+]
+# Issue 26: on the regressed day three named clusters flood app's lists on top of it.
+FLOODS = [
+    PlantedFlood(REGRESSED, "zendesk-reset-password", 0.30, 4, "surface", "app"),
+    PlantedFlood(REGRESSED, "sso-setup-guide", 0.20, 3, "surface", "app"),
+    PlantedFlood(REGRESSED, "billing-faq", 0.12, 3, "surface", "app"),
 ]
 QUERIES_PER_DAY = 1800
 KS = (5, 10)
@@ -71,6 +77,7 @@ def built(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict
         dirty=False,
         weekly_amplitude=0.04,
         planted=PLANTED,
+        floods=FLOODS,
     )
     spark.read.parquet(str(data / "clusters_parquet")).write.format("delta").save(
         str(data / "clusters")
@@ -250,3 +257,59 @@ def test_a_new_cluster_table_version_is_flagged(spark: SparkSession, built: dict
     assert not last[last.baseline_days == 0].cluster_table_changed.any()
     assert set(rows[rows.metric_date < END].cluster_table_version) == {0}
     assert not rows[rows.metric_date < END].cluster_table_changed.any()
+
+
+def test_by_query_carries_the_segment_columns(spark: SparkSession, built: dict[str, Any]) -> None:
+    """Issue 26, part 3: each request's `surface` as the logs hold it, and a segment's daily
+    row is exactly its queries in unique_clusters_by_query (the drill-down a dashboard does)."""
+    by_query = spark.read.format("delta").load(str(built["warehouse"] / "unique_clusters_by_query"))
+    assert by_query.columns[:4] == ["metric_date", "request_id", "served_at", "surface"]
+    day = by_query.where(f"metric_date = '{REGRESSED}'")
+    logs = pd.read_parquet(built["data"] / "served_logs" / f"date={REGRESSED}")
+    got = day.where("k = 10").select("request_id", "surface").toPandas()
+    assert dict(zip(got.request_id, got.surface, strict=True)) == {
+        r: reference.segment_of({"surface": s}, "surface")
+        for r, s in zip(logs.request_id, logs.surface, strict=True)
+    }
+    daily = _table(spark, built["warehouse"], "unique_clusters_daily")
+    rows = daily[(daily.metric_date == REGRESSED) & (daily.segment == "surface")]
+    counts = day.groupBy("k", "surface").count().toPandas()
+    assert {(r.k, r.segment_value, r.queries) for r in rows.itertuples()} == {
+        (r.k, r.surface, r["count"]) for _, r in counts.iterrows()
+    }
+
+
+def test_the_planted_floods_are_the_alerts_top_culprits(
+    spark: SparkSession, built: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 26, done when: three clusters planted on one day are, in order, the top three
+    culprits of that day's alert, with their redundant slots as the independent rule counts
+    them from the raw logs (tests/reference.py)."""
+    config = _config(built["data"], built["warehouse"], logs=False)
+    argv = ["alerts", "--config", str(config), "--start", str(REGRESSED), "--end", str(REGRESSED)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    logs = pd.read_parquet(built["data"] / "served_logs" / f"date={REGRESSED}")
+    rows = [
+        {**r, "results": list(r["results"]), "metric_date": REGRESSED}
+        for r in logs.to_dict("records")
+    ]
+    clusters = pd.read_parquet(built["data"] / "clusters_parquet")
+    expected = reference.crowding(
+        rows,
+        list(zip(clusters.chunk_id, clusters.cluster_id, strict=True)),
+        [10],
+        3,
+        REGRESSED,
+        REGRESSED,
+        ("surface", "app"),
+    )
+    assert [r["cluster_id"] for r in expected] == [f.cluster_id for f in FLOODS]
+    for statistic in ("share_at_or_below_threshold", "mean"):
+        block = out.split(f"ALERT {REGRESSED} surface=app k=10 {statistic}: ")[1]
+        # Never among the baseline days' keys: mean 0 there, and new.
+        assert block.splitlines()[1:4] == [
+            f"  #{r['rank']} cluster {r['cluster_id']}: {r['redundant_slots']} redundant slots "
+            "(baseline mean 0.0), NEW among the baseline's top keys"
+            for r in expected
+        ]

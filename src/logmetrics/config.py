@@ -28,10 +28,12 @@ from pydantic import (
 
 from logmetrics.errors import ConfigError
 from logmetrics.redaction import REDACTED, looks_secret
+from logmetrics.schemas import BY_QUERY
 
 _COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROPERTY_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _RESERVED_COLUMNS = {"request_id", "served_at", "results", "metric_date"}
+_BY_QUERY_COLUMNS = {name.lower() for name in BY_QUERY.fieldNames()}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SPARK_KEY = re.compile(r"^[^\s=]+$")
 
@@ -212,8 +214,13 @@ class MetricsConfig(_Section):
                 raise ValueError(f"{name!r} is not a column name")
             if name in _RESERVED_COLUMNS:
                 raise ValueError(f"{name!r} is a column of the logs contract, not a segment")
-        if len(set(value)) != len(value):
-            raise ValueError(f"must not repeat a column, got {list(value)}")
+            if name.lower() in _BY_QUERY_COLUMNS:
+                raise ValueError(
+                    f"{name!r} is a column of unique_clusters_by_query, which carries the "
+                    "segment columns: rename it in the logs to segment by it"
+                )
+        if len({name.lower() for name in value}) != len(value):
+            raise ValueError(f"must not repeat a column (case aside), got {list(value)}")
         return value
 
 

@@ -6,6 +6,8 @@ says the same in prose.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
@@ -106,6 +108,25 @@ BY_QUERY = StructType(
         *_RUN_FIELDS,
     ]
 )
+
+
+def by_query_schema(segment_by: Sequence[str] = ()) -> StructType:
+    """`unique_clusters_by_query`'s columns with one per `metrics.segment_by` column, after
+    served_at: the request's value as text, as its daily rows' `segment_value` names it, so a
+    dashboard goes from a segment's daily row to its queries with one equality."""
+    fields = list(BY_QUERY.fields)
+    at = BY_QUERY.fieldNames().index("served_at") + 1
+    segments = [
+        _field(
+            name,
+            StringType(),
+            f"The request's {name} (metrics.segment_by) as text, '(null)' for null: the "
+            "segment_value of its daily rows with segment = this column's name.",
+        )
+        for name in segment_by
+    ]
+    return StructType(fields[:at] + segments + fields[at:])
+
 
 ALL_TRAFFIC = "all"
 """`segment` and `segment_value` of the rows over all traffic."""

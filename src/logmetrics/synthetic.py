@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -127,6 +127,33 @@ class PlantedChange:
             raise ValueError(f"no segment value {self.segment}={self.value!r} in generated logs")
 
 
+@dataclass(frozen=True)
+class PlantedFlood:
+    """A named duplicate cluster flooding the lists on one day, as a popular article copied
+    into several sources would: in ``share`` of the queries of one segment value (or of all
+    traffic, ``segment`` None) slots 2 to ``members`` + 1 are served from the cluster's
+    ``members`` distinct copies, so each such top-k (k > ``members``) holds ``members`` - 1
+    redundant slots of it. The cluster joins the cluster table as ``cluster_id``, its copies as
+    chunks ``<cluster_id>/copy-<n>``. Floods of one day share one draw: a query gets at most
+    one, so their shares must sum to at most 1."""
+
+    date: dt.date
+    cluster_id: str
+    share: float
+    members: int = 4
+    segment: str | None = None
+    value: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.share <= 1.0 or self.members < 2:
+            raise ValueError("a flood needs 0 < share <= 1 and at least 2 members")
+        if self.segment is not None and self.value not in SEGMENT_VALUES.get(self.segment, ()):
+            raise ValueError(f"no segment value {self.segment}={self.value!r} in generated logs")
+
+    def chunk_ids(self) -> list[str]:
+        return [f"{self.cluster_id}/copy-{n}" for n in range(1, self.members + 1)]
+
+
 def weekly_shift(date: dt.date, amplitude: float) -> float:
     """The weekly season's move of the repeat probability on ``date``: ``amplitude`` on
     Sundays, ``-amplitude`` midweek, a cosine of the weekday (mean 0 over a week)."""
@@ -151,6 +178,7 @@ def generate(
     dirty: bool = True,
     weekly_amplitude: float = 0.0,
     planted: Sequence[PlantedChange] = (),
+    floods: Sequence[PlantedFlood] = (),
 ) -> GeneratedData:
     """Write ``days`` daily partitions of served logs plus the cluster table under ``out_dir``.
 
@@ -158,7 +186,7 @@ def generate(
     ``clusters_parquet/part-00000.parquet``; both directories are replaced if present. The row
     content depends only on the arguments (day i does not depend on ``days``).
     ``weekly_amplitude`` adds a weekly season to every query's repeat probability
-    (``weekly_shift``); ``planted`` changes chosen days.
+    (``weekly_shift``); ``planted`` changes chosen days; ``floods`` plants named clusters.
     """
     if days < 1 or queries_per_day < 1 or list_length < 1:
         raise ValueError("days, queries_per_day and list_length must all be >= 1")
@@ -175,6 +203,20 @@ def generate(
     corpus_rng = np.random.default_rng(corpus_seq)
     corpus = _make_corpus(corpus_rng, n_chunks)
     cluster_table = _cluster_table(corpus_rng, corpus, dirty)
+    for day in {f.date for f in floods}:
+        if sum(f.share for f in floods if f.date == day) > 1.0:
+            raise ValueError(f"the floods of {day} share more than all queries")
+    flooded = list({f.cluster_id: f for f in floods}.values())  # one cluster, one member list
+    if flooded:
+        copies = [(chunk, f.cluster_id) for f in flooded for chunk in f.chunk_ids()]
+        cluster_table = pa.concat_tables(
+            [
+                cluster_table,
+                pa.Table.from_pylist(
+                    [{"chunk_id": c, "cluster_id": k} for c, k in copies], CLUSTERS_SCHEMA
+                ),
+            ]
+        )
     clusters_path = clusters_dir / "part-00000.parquet"
     pq.write_table(cluster_table, clusters_path)
 
@@ -194,6 +236,8 @@ def generate(
             + sum(c.repeat_shift for c in changes if c.segment is None),
             segment_changes=[c for c in changes if c.segment is not None],
             plant_rng=np.random.default_rng((seed, day_index, 18)),
+            floods=[f for f in floods if f.date == date],
+            flood_rng=np.random.default_rng((seed, day_index, 26)),
         )
         partition = served_dir / f"date={date.isoformat()}"
         partition.mkdir()
@@ -387,6 +431,8 @@ def _day_table(
     shift: float = 0.0,
     segment_changes: Sequence[PlantedChange] = (),
     plant_rng: np.random.Generator | None = None,
+    floods: Sequence[PlantedFlood] = (),
+    flood_rng: np.random.Generator | None = None,
 ) -> pa.Table:
     """One day's served-log rows as a pyarrow table (no ``date`` column)."""
     chunks = _draw_lists(rng, corpus, n_queries, length, shift)
@@ -429,7 +475,31 @@ def _day_table(
             plant_rng, corpus, int(who.sum()), length, shift + change.repeat_shift
         )
         chunks[who] = redrawn
-    lists = _lists(corpus, chunks[keep], ranks[keep], lengths, null_chunk, null_rank)
+    chunk_ids = corpus.chunk_ids
+    if floods:  # flood copies are numbered after the corpus: the draws above are untouched
+        assert flood_rng is not None
+        draw = flood_rng.random(n_queries)
+        below = 0.0
+        for flood in floods:
+            if flood.segment is None:
+                who = np.ones(n_queries, dtype=bool)
+            else:
+                codes = surface if flood.segment == "surface" else version
+                who = codes == SEGMENT_VALUES[flood.segment].index(str(flood.value))
+            who &= (draw >= below) & (draw < below + flood.share)
+            below += flood.share
+            slots = min(flood.members, length - 1)
+            first = len(chunk_ids)
+            chunks[who, 1 : 1 + slots] = np.arange(first, first + slots)
+            chunk_ids = pa.concat_arrays([chunk_ids, pa.array(flood.chunk_ids(), pa.string())])
+    lists = _lists(
+        replace(corpus, chunk_ids=chunk_ids),
+        chunks[keep],
+        ranks[keep],
+        lengths,
+        null_chunk,
+        null_rank,
+    )
 
     # Rows point at a request (for id, surface, version), a list and a timestamp; -1 means null.
     row_request = np.arange(n_queries)

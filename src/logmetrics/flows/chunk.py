@@ -59,7 +59,6 @@ from logmetrics.schemas import (
 )
 from logmetrics.tables.catalog import (
     ALERTS_TABLE,
-    BY_QUERY_TABLE,
     CROWDING_TABLE,
     DAILY_TABLE,
     DATA_QUALITY_TABLE,
@@ -69,6 +68,7 @@ from logmetrics.tables.catalog import (
     REDUNDANCY_COST_TABLE,
     RunStamp,
     Table,
+    by_query_table,
     replace_dates,
     with_run_stamp,
 )
@@ -236,7 +236,10 @@ class Chunk:
             alerts = self._alerts(daily_df, publish)
         stamp = self.stamp
         return [
-            (served_df.transform(explode_windows), BY_QUERY_TABLE),
+            (
+                served_df.transform(explode_windows, metrics.segment_by),
+                by_query_table(metrics.segment_by),
+            ),
             (daily_df, DAILY_TABLE),
             (k_sweep(sums_df, every_k), K_SWEEP_TABLE),
             (cost_df, REDUNDANCY_COST_TABLE),

@@ -393,10 +393,10 @@ def filter_served_requests(requests_df: DataFrame) -> DataFrame:
     return requests_df.where(~F.col("is_malformed")).drop("is_malformed")
 
 
-def explode_windows(requests_df: DataFrame) -> DataFrame:
-    """One row per (request, k): the grain of `unique_clusters_by_query` (with the segment
-    columns, when `daily.with_segments` added them)."""
-    segments = [c for c in ("segment", "segment_value") if c in requests_df.columns]
+def explode_windows(requests_df: DataFrame, segment_by: Sequence[str] = ()) -> DataFrame:
+    """One row per (request, k): the grain of `unique_clusters_by_query`, with one column per
+    `segment_by` column (its value as text, from `with_segment_values`)."""
+    segments = [F.col(SEGMENT_VALUES)[i].alias(name) for i, name in enumerate(segment_by)]
     return requests_df.select(
         "metric_date",
         "request_id",

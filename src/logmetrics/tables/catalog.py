@@ -21,7 +21,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
@@ -41,6 +41,7 @@ from logmetrics.schemas import (
     MISSING_CLUSTER_CHUNKS,
     QUARANTINE,
     REDUNDANCY_COST,
+    by_query_schema,
 )
 from logmetrics.tables.delta_paths import delta_path_identifier, local_path, read_delta_path
 
@@ -67,6 +68,14 @@ BY_QUERY_TABLE = Table(
     "unique_clusters@k per served request and k; grain (metric_date, request_id, k).",
     partition_by=("metric_date",),
 )
+
+
+def by_query_table(segment_by: Sequence[str]) -> Table:
+    """`unique_clusters_by_query` with the run's `metrics.segment_by` columns (a table written
+    before they were configured gains them: the writes merge additive schema changes)."""
+    return replace(BY_QUERY_TABLE, schema=by_query_schema(segment_by))
+
+
 DAILY_TABLE = Table(
     "unique_clusters_daily",
     DAILY,
