@@ -21,6 +21,7 @@ from logmetrics.synthetic import (
     SERVED_LOGS_SCHEMA,
     GeneratedData,
     PlantedChange,
+    PlantedFlood,
     generate,
     weekly_shift,
 )
@@ -629,11 +630,57 @@ def test_realistic_shape(small_clean: GeneratedData) -> None:
 
 def test_the_demo_plants_one_regression_it_can_judge() -> None:
     """`make demo` (30 days by default) plants a regression in surface=app on its second-to-last
-    day, which has 4 same-weekday baseline days; a month too short to judge it plants none."""
+    day, which has 4 same-weekday baseline days: three named clusters flooding app's lists; a
+    month too short to judge it plants none."""
     from logmetrics.demo import DEMO_START, demo_regression
 
-    (change,) = demo_regression(30)
-    assert (change.date, change.segment, change.value) == (dt.date(2026, 10, 29), "surface", "app")
-    assert change.repeat_shift > 0  # more repeats: fewer distinct clusters
-    assert (change.date - DEMO_START).days == 28  # 4 weeks of the same weekday before it
+    floods = demo_regression(30)
+    assert {(f.date, f.segment, f.value) for f in floods} == {
+        (dt.date(2026, 10, 29), "surface", "app")
+    }
+    assert [f.cluster_id for f in floods] == [
+        "kb-reset-password",
+        "kb-sso-setup-guide",
+        "kb-billing-faq",
+    ]
+    assert (floods[0].date - DEMO_START).days == 28  # 4 weeks of the same weekday before it
     assert demo_regression(22) == []
+
+
+def test_a_planted_flood_fills_its_share_of_one_segments_lists(
+    tmp_path: Path, small_dirty: GeneratedData
+) -> None:
+    """Issue 26: a flood serves its cluster's copies in slots 2.. of its share of a segment's
+    lists that day; every other list, day and cluster row is what it was without it."""
+    day = START + dt.timedelta(days=1)
+    flood = PlantedFlood(day, "kb-reset-password", 0.5, 4, "surface", "app")
+    flooded = generate(tmp_path / "flood", START, 3, 2000, seed=11, floods=[flood])
+    before, after = table_content(small_dirty), table_content(flooded)
+    assert before[0][1].equals(after[0][1]) and before[2][1].equals(after[2][1])
+    copies = flood.chunk_ids()
+    clusters = read_clusters(flooded)
+    assert clusters[: len(read_clusters(small_dirty))] == read_clusters(small_dirty)
+    assert clusters[len(read_clusters(small_dirty)) :] == [(c, flood.cluster_id) for c in copies]
+    old, new = before[1][1].to_pylist(), after[1][1].to_pylist()
+    hit = 0
+    for was, now in zip(old, new, strict=True):
+        assert {k: v for k, v in was.items() if k != "results"} == {
+            k: v for k, v in now.items() if k != "results"
+        }
+        chunks = [e["chunk_id"] for e in now["results"] or []]
+        if now["surface"] != "app" or chunks[1:5] != copies:
+            assert now == was and not set(chunks) & set(copies)
+            continue
+        hit += 1
+        assert [e["rank"] for e in now["results"]] == [e["rank"] for e in was["results"]]
+        assert (
+            chunks[:1] + chunks[5:]
+            == [e["chunk_id"] for e in was["results"]][:1]
+            + [e["chunk_id"] for e in was["results"]][5:]
+        )
+    apps = sum(r["surface"] == "app" and bool(r["results"]) for r in old)
+    assert 0.4 * apps < hit < 0.6 * apps
+    with pytest.raises(ValueError, match="more than all queries"):
+        generate(
+            tmp_path / "two", START, 2, 100, seed=1, floods=[flood, PlantedFlood(day, "x", 0.6)]
+        )

@@ -8,12 +8,13 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from logmetrics.config import Config, SparkConfig
 from logmetrics.errors import ConfigError
-from logmetrics.synthetic import PlantedChange
+from logmetrics.synthetic import PlantedChange, PlantedFlood
 
 log = logging.getLogger(__name__)
 
@@ -22,16 +23,25 @@ DEMO_SEED = 7
 DEMO_REPORT_DIR = Path("reports/demo")
 DEMO_LIST_LENGTH = 20  # top-20 lists: the k-sweep shows the marginal rate past k = 10
 DEMO_WEEKLY_AMPLITUDE = 0.04  # the repeat probability's weekly season (synthetic.weekly_shift)
-DEMO_REGRESSION = ("surface", "app", 0.12)  # one segment repeats more on one day: fewer clusters
+# The regression: on one day three articles, each copied into several sources (a Zendesk
+# article, its Confluence paste, its PDF export, ...), flood the app surface's lists.
+DEMO_FLOODS = (  # (cluster_id, share of app's queries, copies)
+    ("kb-reset-password", 0.30, 5),
+    ("kb-sso-setup-guide", 0.20, 4),
+    ("kb-billing-faq", 0.15, 3),
+)
 
 
-def demo_regression(days: int) -> list[PlantedChange]:
+def demo_regression(days: int) -> list[PlantedFlood]:
     """The demo's planted regression: on its second-to-last day, when that day has the default
     baseline (the same weekday 3 weeks back at least) to be judged against; else none."""
     if days < 23:
         return []
-    segment, value, shift = DEMO_REGRESSION
-    return [PlantedChange(DEMO_START + dt.timedelta(days=days - 2), shift, segment, value)]
+    day = DEMO_START + dt.timedelta(days=days - 2)
+    return [
+        PlantedFlood(day, cluster_id, share, copies, "surface", "app")
+        for cluster_id, share, copies in DEMO_FLOODS
+    ]
 
 
 def generate_dataset(
@@ -46,6 +56,7 @@ def generate_dataset(
     spark: SparkSession | None = None,
     weekly_amplitude: float = 0.0,
     planted: Sequence[PlantedChange] = (),
+    floods: Sequence[PlantedFlood] = (),
 ) -> None:
     """Write served logs (Parquet, by date) and a cluster table (Delta or Parquet) under `out`."""
     from logmetrics.synthetic import generate
@@ -60,6 +71,7 @@ def generate_dataset(
         dirty=dirty,
         weekly_amplitude=weekly_amplitude,
         planted=planted,
+        floods=floods,
     )
     clusters = out / "clusters_parquet"
     if clusters_format == "delta":
@@ -83,8 +95,10 @@ def generate_dataset(
 
 def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> int:
     """Generate `days` of traffic (once): top-20 lists, a weekly season and one planted
-    regression day in one segment; backfill it into the warehouse (which judges every day), print
-    the daily table and the alerts, and write the report of the range under reports/demo."""
+    regression day in one segment; backfill it into the warehouse (which judges every day and,
+    the demo turning `crowding.enabled` on, names what crowds each day's lists), print the daily
+    table and the alerts with their culprits, and write the report of the range under
+    reports/demo."""
     from logmetrics.flows.backfill import run_range
     from logmetrics.session import get_spark
 
@@ -96,6 +110,9 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> in
         raise ConfigError(
             "demo: inputs.clusters must be a Delta table at <served_logs parent>/clusters"
         )
+    if not config.crowding.enabled:
+        crowding = config.crowding.model_copy(update={"enabled": True})
+        config = config.model_copy(update={"crowding": crowding})
     spark = get_spark(config.spark, days=days)
     planted = demo_regression(days)
     params = {
@@ -105,7 +122,7 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> in
         "seed": DEMO_SEED,
         "list_length": DEMO_LIST_LENGTH,
         "weekly_amplitude": DEMO_WEEKLY_AMPLITUDE,
-        "planted": [[str(p.date), p.segment, p.value, p.repeat_shift] for p in planted],
+        "floods": [[str(p.date), p.cluster_id, p.share, p.members, p.value] for p in planted],
     }
     marker = out / "_demo.json"
     if not marker.exists() or json.loads(marker.read_text()) != params:
@@ -118,7 +135,7 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> in
             list_length=DEMO_LIST_LENGTH,
             spark=spark,
             weekly_amplitude=DEMO_WEEKLY_AMPLITUDE,
-            planted=planted,
+            floods=planted,
         )
         marker.write_text(json.dumps(params))
     end = DEMO_START + dt.timedelta(days=days - 1)
@@ -182,32 +199,37 @@ def _print_alerts(
     config: Config,
     start: dt.date,
     end: dt.date,
-    planted: Sequence[PlantedChange],
+    planted: Sequence[PlantedFlood],
 ) -> None:
-    """The range's alerts and improvements, as the backfill found them, beside what was planted."""
-    from logmetrics.rules.alerts import describe
+    """The range's alerts and improvements, as the backfill found them, each alert with its
+    culprits, beside what was planted."""
+    from logmetrics.flows.alerts import alert_lines, culprit_rows, published_daily
     from logmetrics.schemas import ALERT, IMPROVEMENT
     from logmetrics.tables.catalog import ALERTS_TABLE, read_table
 
-    for change in planted:
+    print()
+    for flood in planted:
         print(
-            f"\nplanted: {change.segment}={change.value} repeats more on {change.date} "
-            f"(repeat probability +{change.repeat_shift}): fewer distinct clusters"
+            f"planted: on {flood.date}, cluster {flood.cluster_id} ({flood.members} copies) "
+            f"fills {flood.members - 1} more slots of {flood.share:.0%} of "
+            f"{flood.segment}={flood.value}'s lists"
         )
     table = read_table(spark, config.output, ALERTS_TABLE)
-    rows = (
-        []
-        if table is None
-        else table.where(
-            F.col("metric_date").between(start, end) & F.col("status").isin(ALERT, IMPROVEMENT)
-        )
+    if table is None:
+        print("unique_clusters_alerts is empty: no day was judged")
+        return
+    rows = pd.DataFrame(
+        table.where(F.col("metric_date").between(start, end))
         .orderBy("metric_date", F.col("segment") != "all", "segment_value", "statistic", "k")
-        .collect()
+        .toPandas()
     )
-    alerts = sum(row.status == ALERT for row in rows)
+    fired = rows[rows["status"].isin([ALERT, IMPROVEMENT])]
+    alerts = int((fired["status"] == ALERT).sum())
     print(
         f"unique_clusters_alerts, {start} to {end}: {alerts} alert(s), "
-        f"{len(rows) - alerts} improvement(s)"
+        f"{len(fired) - alerts} improvement(s)"
     )
-    for row in rows:
-        print(f"  {describe(row)}")
+    first = start - dt.timedelta(config.alerts.lookback_days())
+    culprits = culprit_rows(spark, config, fired, published_daily(spark, config, first, end))
+    for line in alert_lines(fired, culprits):
+        print(line)

@@ -149,18 +149,7 @@ def announce(rows: pd.DataFrame, culprits: pd.DataFrame | None = None) -> int:
     """Print and log one line per alert and improvement, in date order, each alert followed by
     a line per culprit (`culprit_rows`); return the number of alerts."""
     fired = rows[rows["status"].isin([ALERT, IMPROVEMENT])]
-    culprits = pd.DataFrame(columns=CULPRIT_COLUMNS) if culprits is None else culprits
-    for row in fired.itertuples():
-        line = describe(row)
-        mine = culprits[
-            (culprits["metric_date"].map(as_date) == as_date(row.metric_date))
-            & (culprits["k"] == row.k)
-            & (culprits["segment"] == row.segment)
-            & (culprits["segment_value"] == row.segment_value)
-            & (culprits["statistic"] == row.statistic)
-        ]
-        if row.status == ALERT and not mine.empty:
-            line += "\n" + "\n".join(describe_culprit(c) for c in mine.itertuples())
+    for row, line in zip(fired.itertuples(), alert_lines(fired, culprits), strict=True):
         print(line, flush=True)
         log.log(
             logging.WARNING if row.status == ALERT else logging.INFO,
@@ -188,6 +177,27 @@ def announce(rows: pd.DataFrame, culprits: pd.DataFrame | None = None) -> int:
         len(fired) - alerts,
     )
     return alerts
+
+
+def alert_lines(rows: pd.DataFrame, culprits: pd.DataFrame | None = None) -> list[str]:
+    """One text per alert and improvement of `rows`, in their order: its line, and for an alert
+    a line per culprit (`culprit_rows`) below it."""
+    fired = rows[rows["status"].isin([ALERT, IMPROVEMENT])]
+    culprits = pd.DataFrame(columns=CULPRIT_COLUMNS) if culprits is None else culprits
+    lines = []
+    for row in fired.itertuples():
+        line = describe(row)
+        mine = culprits[
+            (culprits["metric_date"].map(as_date) == as_date(row.metric_date))
+            & (culprits["k"] == row.k)
+            & (culprits["segment"] == row.segment)
+            & (culprits["segment_value"] == row.segment_value)
+            & (culprits["statistic"] == row.statistic)
+        ]
+        if row.status == ALERT and not mine.empty:
+            line += "\n" + "\n".join(describe_culprit(c) for c in mine.itertuples())
+        lines.append(line)
+    return lines
 
 
 def _plain(value: Any) -> Any:
