@@ -12,8 +12,11 @@ min_queries: the tiny segment).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import logging
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,17 +46,28 @@ FLOODS = [
     PlantedFlood(REGRESSED, "sso-setup-guide", 0.20, 3, "surface", "app"),
     PlantedFlood(REGRESSED, "billing-faq", 0.12, 3, "surface", "app"),
 ]
+# Issue 26: the detector's calibration, measured for version 0 (at two thresholds) only.
+CALIBRATION_CSV = (
+    "cluster_table_version,detector,threshold,pair_precision,pair_recall,measured_on,sample_pairs\n"
+    "0,minhash-2026-09,0.8,0.97,0.91,2026-09-01,2000\n"
+    "0,minhash-2026-09,0.9,0.99,0.84,2026-09-01,2000\n"
+)
 QUERIES_PER_DAY = 1800
 KS = (5, 10)
 NUMBERS = ["value", "baseline_mean", "baseline_sd", "delta", "limit", "min_effect"]
 
 
-def _config(data: Path, warehouse: Path, logs: bool = True) -> Path:
-    path = warehouse.parent / f"{warehouse.name}{'' if logs else '-alerts-only'}.yaml"
+def _config(data: Path, warehouse: Path, logs: bool = True, calibration: str = "") -> Path:
+    name = f"{warehouse.name}{'' if logs else '-alerts-only'}{calibration and '-' + calibration}"
+    path = warehouse.parent / f"{name}.yaml"
     served = f"  served_logs: {{path: '{data / 'served_logs'}'}}\n" if logs else ""
+    calibrated = (
+        f"  calibration: {{path: '{data / calibration}', format: csv}}\n" if calibration else ""
+    )
     path.write_text(
         "inputs:\n"
         + served
+        + calibrated
         + f"  clusters: {{path: '{data / 'clusters'}'}}\n"
         + f"output: {{warehouse: '{warehouse}'}}\n"
         + f"metrics: {{ks: {list(KS)}, segment_by: [surface]}}\n"
@@ -83,17 +97,39 @@ def built(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict
         str(data / "clusters")
     )
     warehouse = root / "warehouse"
-    config = _config(data, warehouse)
+    (data / "calibration.csv").write_text(CALIBRATION_CSV)
+    config = _config(data, warehouse, calibration="calibration.csv")
     before = str(END - dt.timedelta(days=1))
-    assert main(["backfill", "--config", str(config), "--start", str(START), "--end", before]) == 0
+    with _warnings("logmetrics.flows.calibration") as backfill_warnings:
+        backfill = ["backfill", "--config", str(config), "--start", str(START), "--end", before]
+        assert main(backfill) == 0
     # The same cluster table committed again: version 1, nothing changed but the version.
     clusters = spark.read.format("delta").load(str(data / "clusters")).localCheckpoint()
     clusters.write.format("delta").mode("overwrite").save(str(data / "clusters"))
     # Only the new day is computed from the new version: no look-back restating the days before
     # it (`run` would restate them, clusters_changed, under the default nightly.lookback_days).
     run = ["run", "--config", str(config), "--date", str(END), "--set", "nightly.lookback_days=0"]
-    assert main(run) == 0
-    return {"data": data, "warehouse": warehouse, "config": config}
+    with _warnings("logmetrics.flows.calibration") as run_warnings:
+        assert main(run) == 0
+    return {
+        "data": data,
+        "warehouse": warehouse,
+        "config": config,
+        "calibration_warnings": (backfill_warnings, run_warnings),
+    }
+
+
+@contextlib.contextmanager
+def _warnings(logger: str) -> Iterator[list[str]]:
+    """The warning lines `logger` emits inside the block."""
+    lines: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger(logger).addHandler(handler)
+    try:
+        yield lines
+    finally:
+        logging.getLogger(logger).removeHandler(handler)
 
 
 def _table(spark: SparkSession, warehouse: Path, name: str) -> pd.DataFrame:
@@ -313,3 +349,81 @@ def test_the_planted_floods_are_the_alerts_top_culprits(
             "(baseline mean 0.0), NEW among the baseline's top keys"
             for r in expected
         ]
+
+
+def test_the_calibration_is_published_warned_about_and_shown(
+    spark: SparkSession, built: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue 26, part 4: the calibration rows are published as detector_calibration; the run
+    that computed a day from version 1, which no row describes, warned once (the backfill,
+    all on version 0, not at all); the report shows each version's calibration beside the
+    time series and the day the version changed."""
+    from logmetrics.config import load_config
+    from logmetrics.report import load_report_data, render
+
+    published = _table(spark, built["warehouse"], "detector_calibration")
+    assert sorted(
+        (r.cluster_table_version, r.detector, r.threshold, r.pair_precision, r.pair_recall)
+        + (r.measured_on, r.sample_pairs)
+        for r in published.itertuples()
+    ) == [
+        (0, "minhash-2026-09", 0.8, 0.97, 0.91, dt.date(2026, 9, 1), 2000),
+        (0, "minhash-2026-09", 0.9, 0.99, 0.84, dt.date(2026, 9, 1), 2000),
+    ]
+    backfill_warnings, run_warnings = built["calibration_warnings"]
+    assert backfill_warnings == []
+    assert len(run_warnings) == 1 and "cluster table version 1" in run_warnings[0]
+    assert f"1 day(s) of {END}..{END}" in run_warnings[0]
+
+    data = load_report_data(spark, load_config([built["config"]]), START, END)
+    assert data.calibration is not None
+    shown = data.calibration
+    assert list(shown.cluster_table_version) == [0, 0, 1]
+    assert list(shown.calibrated) == [True, True, False]
+    assert (shown.first_day.iloc[0], shown.last_day.iloc[0]) == (START, END - dt.timedelta(1))
+    assert (shown.first_day.iloc[2], shown.last_day.iloc[2]) == (END, END)
+    page = render(data, tmp_path / "report").read_text()
+    assert page.count(f"The version changed on {END}: version 1") == 5  # every time series
+    assert page.count("No calibration row for version(s) 1.") == 5
+
+
+@pytest.mark.parametrize(
+    ("csv", "message"),
+    [
+        (
+            "cluster_table_version,threshold,pair_precision,pair_recall,measured_on,sample_pairs\n"
+            "1,0.8,1.5,0.9,2026-09-01,100\n",
+            "row 1: pair_precision must be within [0, 1], got 1.5",
+        ),
+        (
+            "cluster_table_version,threshold,pair_precision,measured_on,sample_pairs\n"
+            "1,0.8,0.9,2026-09-01,100\n",
+            "required column 'pair_recall' is missing",
+        ),
+        (
+            "threshold,pair_precision,pair_recall,measured_on,sample_pairs\n"
+            "0.8,0.9,0.9,2026-09-01,100\n",
+            "needs a column 'cluster_table_version' or 'detector'",
+        ),
+        (
+            "detector,threshold,pair_precision,pair_recall,measured_on,sample_pairs\n"
+            "m,0.8,0.9,0.9,yesterday,100\n",
+            "column 'measured_on' must hold dates, got 'yesterday'",
+        ),
+    ],
+    ids=["precision-above-1", "missing-column", "no-key", "not-a-date"],
+)
+def test_invalid_calibration_is_an_input_error_before_anything_is_published(
+    built: dict[str, Any], csv: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (built["data"] / "bad.csv").write_text(csv)
+    config = _config(built["data"], built["warehouse"], calibration="bad.csv")
+    logs_before = {p: p.stat().st_mtime_ns for p in built["warehouse"].glob("*/_delta_log/*")}
+    argv = ["run", "--config", str(config), "--date", str(END), "--set", "nightly.lookback_days=0"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"logmetrics: error: calibration at {built['data'] / 'bad.csv'}" in err
+    assert message in err
+    assert "Traceback" not in err and "at org.apache" not in err
+    after = {p: p.stat().st_mtime_ns for p in built["warehouse"].glob("*/_delta_log/*")}
+    assert after == logs_before  # not one commit: nothing published, no ledger row

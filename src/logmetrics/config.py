@@ -112,6 +112,25 @@ class ClustersInput(_Section):
         default=None,
         description="Pin a Delta version of the cluster table; null reads the latest one.",
     )
+    detector: Text | None = Field(
+        default=None,
+        description=(
+            "A label of the detector run that made the table (e.g. `minhash-0.8-2026-11`): "
+            "the `detector_calibration` rows with this `detector` describe a table without "
+            "Delta versions (Parquet), whose days record no cluster_table_version."
+        ),
+    )
+
+
+class CalibrationInput(_Section):
+    """The near-duplicate detector's measured calibration (docs/alerts.md): rows of
+    (cluster_table_version and/or detector, threshold, pair_precision, pair_recall,
+    measured_on, sample_pairs)."""
+
+    path: Text = Field(description="Path of the calibration table (a directory or a file).")
+    format: Literal["parquet", "delta", "csv", "json"] = Field(
+        default="parquet", description="parquet, delta, csv (with a header) or json (lines)."
+    )
 
 
 class InputsConfig(_Section):
@@ -120,6 +139,14 @@ class InputsConfig(_Section):
         description="Required by run, backfill and demo; `evaluate` and `report` do without.",
     )
     clusters: ClustersInput
+    calibration: CalibrationInput | None = Field(
+        default=None,
+        description=(
+            "The detector's calibration, published as `detector_calibration` and shown in the "
+            "report beside the numbers; a day computed from a cluster table version without a "
+            "row gets a warning. Null: none."
+        ),
+    )
 
     def logs(self) -> ServedLogsInput:
         """The served logs, which a metric run cannot do without."""
@@ -592,6 +619,9 @@ class Config(_Section):
         relevant = self.model_dump(include=sections, mode="json")
         if relevant["inputs"].get("served_logs"):  # when a day is ready, not what it holds
             del relevant["inputs"]["served_logs"]["ready_marker"]
+        # What the detector measured is shown beside the numbers; it changes none of them.
+        del relevant["inputs"]["calibration"]
+        del relevant["inputs"]["clusters"]["detector"]
         blob = json.dumps(relevant, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -32,10 +32,12 @@ from pyspark.sql import functions as F
 from logmetrics.config import Config, OutputConfig
 from logmetrics.errors import ConfigError, LogmetricsError
 from logmetrics.rules.alerts import as_date
+from logmetrics.rules.calibration import calibration_of, is_missing
 from logmetrics.schemas import (
     ALERT,
     ALL_QUERIES,
     ALL_TRAFFIC,
+    CALIBRATION,
     DAILY_COLUMNS,
     IMPROVEMENT,
     MEAN_STATISTIC,
@@ -45,6 +47,7 @@ from logmetrics.tables.catalog import (
     ALERTS_TABLE,
     CROWDING_TABLE,
     DAILY_TABLE,
+    DETECTOR_CALIBRATION_TABLE,
     EVALUATION_RESULTS_TABLE,
     K_SWEEP_TABLE,
     REDUNDANCY_COST_TABLE,
@@ -88,6 +91,11 @@ class ReportData:
     alerts: pd.DataFrame | None = None  # the alert and improvement rows, every segment
     # None: no unique_clusters_alerts table (no marks); empty: nothing fired in the range.
     crowding: pd.DataFrame | None = None  # the top keys shown, per day (`_crowding_shown`)
+    # The cluster table version each day was computed from (metric_date, cluster_table_version)
+    # and, per version the range used, the detector's calibration (`_calibration_frame`); None:
+    # no calibration was ever published.
+    versions: pd.DataFrame | None = None
+    calibration: pd.DataFrame | None = None
 
 
 # --- reading (Spark) ------------------------------------------------------------------------
@@ -150,6 +158,7 @@ def load_report_data(
             crowding_df.where(F.col("rank") <= CROWDING_SHOWN), start, end, _CROWDING_COLUMNS
         )
     )
+    calibration_df = read_table(spark, output, DETECTOR_CALIBRATION_TABLE)
     return build_report_data(
         daily,
         k_sweep,
@@ -160,6 +169,10 @@ def load_report_data(
         max_missing_cluster_rate=config.quality.max_missing_cluster_rate,
         alerts=alerts,
         crowding=crowding,
+        calibration=None
+        if calibration_df is None
+        else calibration_df.select(*CALIBRATION.fieldNames()).toPandas(),
+        detector=config.inputs.clusters.detector,
     )
 
 
@@ -209,10 +222,13 @@ def build_report_data(
     max_missing_cluster_rate: float | None = None,
     alerts: pd.DataFrame | None = None,
     crowding: pd.DataFrame | None = None,
+    calibration: pd.DataFrame | None = None,
+    detector: str | None = None,
 ) -> ReportData:
     """The figures' frames from the tables' rows in [start, end] (pure pandas); `alerts`, the
-    unique_clusters_alerts rows of the range, and `crowding`, its unique_clusters_crowding
-    rows (each None when the table does not exist)."""
+    unique_clusters_alerts rows of the range, `crowding`, its unique_clusters_crowding rows,
+    and `calibration`, every detector_calibration row (each None when the table does not
+    exist); `detector`, the label that describes a cluster table without versions."""
     everything = _all_traffic(daily)
     if everything.empty:
         raise ReportError(f"{DAILY_TABLE.name} has no all-traffic rows from {start} to {end}")
@@ -238,7 +254,58 @@ def build_report_data(
         evaluation=_evaluation_frame(evaluation),
         alerts=_fired(alerts),
         crowding=_crowding_shown(crowding, _fired(alerts), end),
+        versions=_versions(everything),
+        calibration=None
+        if calibration is None
+        else _calibration_frame(_versions(everything), calibration, detector),
     )
+
+
+def _versions(everything: pd.DataFrame) -> pd.DataFrame:
+    """Per day, the cluster table version its rows were computed from (null: no versions)."""
+    days = everything.sort_values("metric_date").drop_duplicates("metric_date")
+    return days[["metric_date", "cluster_table_version"]].reset_index(drop=True)
+
+
+def _version_changes(versions: pd.DataFrame) -> list[tuple[dt.date, Any]]:
+    """(day, version) of each day computed from another version than the day before it."""
+    changes = []
+    for before, after in zip(
+        versions.iloc[:-1].itertuples(), versions.iloc[1:].itertuples(), strict=True
+    ):
+        if _version(before.cluster_table_version) != _version(after.cluster_table_version):
+            changes.append((as_date(after.metric_date), _version(after.cluster_table_version)))
+    return changes
+
+
+def _version(value: Any) -> int | None:
+    return None if is_missing(value) else int(value)
+
+
+def _calibration_frame(
+    versions: pd.DataFrame, rows: pd.DataFrame, detector: str | None
+) -> pd.DataFrame:
+    """Per cluster table version the range used (in order of first use), its days and every
+    calibration row describing it (`rules.calibration.calibration_of`); a version without one
+    gets a row of nulls, so the table says so."""
+    out = []
+    for version, days in versions.groupby(
+        versions["cluster_table_version"].map(_version), dropna=False, sort=False
+    ):
+        key = _version(version)
+        span = {
+            "cluster_table_version": key,
+            "first_day": as_date(days["metric_date"].min()),
+            "last_day": as_date(days["metric_date"].max()),
+        }
+        mine = calibration_of(rows, key, detector)
+        if mine.empty:
+            out.append({**span, "detector": None, "calibrated": False})
+        for row in mine.sort_values(["measured_on", "threshold"]).to_dict("records"):
+            del row["cluster_table_version"]
+            out.append({**span, **row, "calibrated": True})
+    columns = ["cluster_table_version", "first_day", "last_day", *CALIBRATION.fieldNames()[1:]]
+    return pd.DataFrame(out, columns=[*columns, "calibrated"])
 
 
 def _crowding_shown(
@@ -429,6 +496,7 @@ class _Section:
     table: pd.DataFrame | None
     png: Path | None
     missing_note: str = ""
+    over_days: bool = False  # a time series: the detector's calibration is shown beside it
 
 
 def render(data: ReportData, out_dir: Path) -> Path:
@@ -503,6 +571,30 @@ def _date_axis(ax: Any, data: ReportData) -> None:
     ax.set_xlim(start - half, end + half)
     ax.set_xlabel("metric_date (UTC day)")
     ax.grid(True, alpha=0.3)
+    _mark_versions(ax, data)
+
+
+def _mark_versions(ax: Any, data: ReportData) -> None:
+    """A dotted line before each day computed from another cluster table version than the
+    day before it, named at the top: the detector changed there, not necessarily the index."""
+    from matplotlib.transforms import blended_transform_factory
+
+    if data.versions is None:
+        return
+    for day, version in _version_changes(data.versions):
+        at = dt.datetime.combine(day, dt.time()) - dt.timedelta(hours=12)
+        ax.axvline(at, color="tab:purple", linestyle=":", linewidth=1.2, zorder=1)
+        ax.text(
+            at,
+            0.98,
+            f" cluster table v{version}" if version is not None else " cluster table changed",
+            transform=blended_transform_factory(ax.transData, ax.transAxes),
+            rotation=90,
+            ha="left",
+            va="top",
+            fontsize=7,
+            color="tab:purple",
+        )
 
 
 def _legend_outside(ax: Any) -> None:
@@ -541,6 +633,7 @@ def _median_band_section(data: ReportData, out_dir: Path) -> _Section:
         "(quantiles are per day: they are never averaged across days).",
         data.median_band,
         _save(fig, out_dir / "median_band.png"),
+        over_days=True,
     )
 
 
@@ -569,6 +662,7 @@ def _share_section(data: ReportData, out_dir: Path) -> _Section:
         + _marks_caption(data),
         data.share,
         _save(fig, out_dir / "share_at_or_below_threshold.png"),
+        over_days=True,
     )
 
 
@@ -592,6 +686,7 @@ def _mean_section(data: ReportData, out_dir: Path) -> _Section:
         "regression." + _marks_caption(data),
         data.mean,
         _save(fig, out_dir / "mean.png"),
+        over_days=True,
     )
 
 
@@ -749,6 +844,7 @@ def _missing_section(data: ReportData, out_dir: Path) -> _Section:
         f"in %, listed as a fraction). Over the range: {missing:,} of {results:,} = {overall}.",
         data.missing,
         _save(fig, out_dir / "missing_cluster_rate.png"),
+        over_days=True,
     )
 
 
@@ -790,6 +886,7 @@ def _cost_section(data: ReportData, out_dir: Path) -> _Section:
         + ".",
         cost,
         _save(fig, out_dir / "redundancy_cost.png"),
+        over_days=True,
     )
 
 
@@ -908,7 +1005,10 @@ def _html(data: ReportData, sections: list[_Section]) -> str:
             f'<img alt="{html.escape(section.title)}" width="{int(FIGURE_SIZE[0] * FIGURE_DPI)}" '
             f'src="data:image/png;base64,{encoded}">'
         )
-        parts.append(f'<div class="numbers">{_table_html(section.table)}</div></div></section>')
+        parts.append(f'<div class="numbers">{_table_html(section.table)}</div></div>')
+        if section.over_days:
+            parts += _calibration_html(data)
+        parts.append("</section>")
     if data.evaluation is not None:
         parts.append('<section id="evaluation"><h2>Evaluation (judged), averaged rows</h2>')
         parts.append(
@@ -918,6 +1018,39 @@ def _html(data: ReportData, sections: list[_Section]) -> str:
         parts.append(f'<div class="numbers">{_table_html(data.evaluation)}</div></section>')
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _calibration_html(data: ReportData) -> list[str]:
+    """Under a time series: the detector's calibration of each cluster table version its days
+    were computed from (the numbers inherit its errors), and the days the version changed."""
+    if data.calibration is None:
+        return [
+            '<p class="note">Detector calibration: none published (inputs.calibration): '
+            "these numbers stand without the detector's measured precision and recall.</p>"
+        ]
+    changes = _version_changes(data.versions) if data.versions is not None else []
+    moved = "; ".join(
+        f"{day}: version {'?' if version is None else version}" for day, version in changes
+    )
+    lacking = data.calibration[~data.calibration["calibrated"]]
+    parts = [
+        '<p class="caption">Detector calibration of the cluster table version(s) these days '
+        "were computed from (pair precision: of the pairs put in one cluster, the share that "
+        "are duplicates; pair recall: of the duplicate pairs, the share put in one cluster). "
+        + (
+            f"The version changed on {html.escape(moved)} (dotted line): a move there may be "
+            "the detector's, not the index's."
+            if changes
+            else "One version over the whole range."
+        )
+        + "</p>"
+    ]
+    if not lacking.empty:
+        versions = ", ".join(str(v) for v in lacking["cluster_table_version"])
+        parts.append(f'<p class="note">No calibration row for version(s) {versions}.</p>')
+    shown = data.calibration.drop(columns=["calibrated"])
+    parts.append(f'<div class="numbers">{_table_html(shown)}</div>')
+    return parts
 
 
 def _alerts_html(data: ReportData) -> list[str]:

@@ -72,6 +72,39 @@ JUDGMENTS = StructType(
 )
 """Relevance judgments: one grade per judged (query_id, chunk_id); unjudged = not relevant."""
 
+_CALIBRATION_FIELDS = [
+    _field(
+        "cluster_table_version",
+        LongType(),
+        "The cluster table's Delta version the detector's run wrote (null: see detector).",
+    ),
+    _field(
+        "detector",
+        StringType(),
+        "A label of the detector's run (inputs.clusters.detector names a table's).",
+    ),
+    _field("threshold", DoubleType(), "The detector's similarity threshold.", False),
+    _field(
+        "pair_precision",
+        DoubleType(),
+        "Of the sampled pairs the detector put in one cluster, the share that are duplicates.",
+        False,
+    ),
+    _field(
+        "pair_recall",
+        DoubleType(),
+        "Of the sampled duplicate pairs, the share the detector put in one cluster.",
+        False,
+    ),
+    _field("measured_on", DateType(), "When the calibration was measured.", False),
+    _field("sample_pairs", LongType(), "Labelled pairs the measurement rests on.", False),
+]
+
+CALIBRATION = StructType(_CALIBRATION_FIELDS)
+"""The detector's calibration (`inputs.calibration`): per cluster table version or detector
+label (at least one of the two columns, and one of them set on each row), the rest required."""
+CALIBRATION_KEYS = ("cluster_table_version", "detector")
+
 # --- Outputs ------------------------------------------------------------------------------
 
 _RUN_FIELDS = [
@@ -430,6 +463,14 @@ JOB_RUNS = StructType(
     ]
 )
 
+
+DETECTOR_CALIBRATION = StructType(
+    [
+        *_CALIBRATION_FIELDS,
+        _field("run_id", StringType(), "Id of the logmetrics run that wrote the row.", False),
+        _field("computed_at", TimestampType(), "When that run started (UTC).", False),
+    ]
+)
 
 EVALUATION_RESULTS = StructType(
     [

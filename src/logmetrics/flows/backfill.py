@@ -22,6 +22,11 @@ from pyspark.sql import SparkSession
 from logmetrics.config import Config
 from logmetrics.errors import InputError, failure_line
 from logmetrics.flows import ledger
+from logmetrics.flows.calibration import (
+    checked_calibration,
+    publish_calibration,
+    warn_uncalibrated,
+)
 from logmetrics.flows.chunk import Chunk, Computed, DayResult
 from logmetrics.flows.history import PublishedDaily, published_before
 from logmetrics.flows.inputs import DayInputs, day_inputs
@@ -94,6 +99,7 @@ def run_range(
     with phases.timed("inputs"):
         clusters = read_clusters(spark, config.inputs.clusters)
         cluster_state = clusters_state(spark, config.inputs.clusters, clusters)
+        calibration = checked_calibration(spark, config)  # checked before anything is published
     stamp = RunStamp(run_id, computed_at, clusters.version)
     summary = RunSummary(run_id=run_id, cluster_table_version=clusters.version)
     considered = [
@@ -109,9 +115,16 @@ def run_range(
         )
         with phases.timed("input scan"):
             corrupt = _corrupt_inputs(spark, config, considered[0], considered[-1])
+        published = (  # once the inputs are known readable, beside the narrow pass
+            None
+            if calibration is None
+            else side.submit("calibration", publish_calibration, spark, config, calibration, stamp)
+        )
         with phases.timed("input state"):
             inputs = day_inputs(spark, config, cluster_state, considered, corrupt)
         previous = ledger_read.result()
+        if published is not None:
+            published.result()
     reasons = _plan(config, considered, inputs, previous, always, seen_only)
     dates = sorted(reasons)
     log.info(
@@ -134,6 +147,8 @@ def run_range(
             spark, config, stamp, [d for d in dates if d not in finished], inputs, reasons, exc
         )
         raise
+    if calibration is not None:
+        warn_uncalibrated(config, calibration, clusters.version, dates)
     return summary
 
 

@@ -35,6 +35,7 @@ from logmetrics.schemas import (
     CROWDING,
     DAILY,
     DATA_QUALITY,
+    DETECTOR_CALIBRATION,
     EVALUATION_RESULTS,
     JOB_RUNS,
     K_SWEEP,
@@ -127,6 +128,13 @@ ALERTS_TABLE = Table(
     "(metric_date, k, segment, segment_value, statistic).",
 )
 
+DETECTOR_CALIBRATION_TABLE = Table(
+    "detector_calibration",
+    DETECTOR_CALIBRATION,
+    "The near-duplicate detector's measured pair precision and recall per cluster table "
+    "version or detector label (inputs.calibration), as the last run read it.",
+)
+
 EVALUATION_RESULTS_TABLE = Table(
     "evaluation_results",
     EVALUATION_RESULTS,
@@ -146,6 +154,7 @@ OUTPUT_TABLES = (
     MISSING_CLUSTER_CHUNKS_TABLE,
     JOB_RUNS_TABLE,
     ALERTS_TABLE,
+    DETECTOR_CALIBRATION_TABLE,
     EVALUATION_RESULTS_TABLE,
 )
 """Every table logmetrics writes, for `logmetrics maintain`."""

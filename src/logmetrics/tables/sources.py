@@ -16,6 +16,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -36,6 +37,7 @@ from pyspark.sql.types import (
 )
 
 from logmetrics.config import (
+    CalibrationInput,
     ClustersInput,
     InputsConfig,
     JudgmentsInput,
@@ -44,6 +46,8 @@ from logmetrics.config import (
 )
 from logmetrics.errors import InputError
 from logmetrics.schemas import (
+    CALIBRATION,
+    CALIBRATION_KEYS,
     CLUSTERS,
     INPUT_FILE,
     INPUT_ROW,
@@ -357,6 +361,49 @@ def read_judgments(spark: SparkSession, source: JudgmentsInput) -> DataFrame:
     return _conform_columns(fields, what, JUDGMENTS).select(*JUDGMENTS.fieldNames())
 
 
+def read_calibration(spark: SparkSession, source: CalibrationInput) -> pd.DataFrame:
+    """The detector's calibration rows (a handful), conformed to `schemas.CALIBRATION` and
+    brought to the driver; `rules.calibration.problem` then checks their values. A key column
+    the file lacks is null; a required column missing, or a value that is not of its type
+    (text in csv or json), is an InputError naming it."""
+    what = f"calibration at {source.path}"
+    df = _read_table_input(spark, source.path, source.format, what)
+    fields = {field.name: field.dataType for field in df.schema.fields}
+    if not any(key in fields for key in CALIBRATION_KEYS):
+        raise InputError(f"{what}: needs a column 'cluster_table_version' or 'detector'")
+    columns = {}
+    for field in CALIBRATION.fields:
+        if field.name not in fields:
+            if field.name in CALIBRATION_KEYS:
+                columns[field.name] = F.lit(None).cast(field.dataType)
+                continue
+            found = ", ".join(sorted(set(fields) - {INPUT_FILE, INPUT_ROW})) or "none"
+            raise InputError(f"{what}: required column {field.name!r} is missing (found: {found})")
+        source_type = fields[field.name]
+        column = F.col(field.name)
+        if isinstance(field.dataType, StringType):
+            columns[field.name] = _as_string(source_type, field.name, what)
+            continue
+        if isinstance(source_type, StringType):
+            parsed = column.try_cast(field.dataType)
+            bad = df.where(column.isNotNull() & parsed.isNull()).select(field.name).first()
+            if bad is not None:
+                wanted = field.dataType.simpleString()
+                raise InputError(
+                    f"{what}: column {field.name!r} must hold {wanted}s, got {bad[0]!r}"
+                )
+            columns[field.name] = parsed
+        elif isinstance(source_type, NumericType | DateType | TimestampType | TimestampNTZType):
+            columns[field.name] = column.cast(field.dataType)
+        else:
+            raise InputError(
+                f"{what}: column {field.name!r} must be a {field.dataType.simpleString()}, "
+                f"found {source_type.simpleString()}"
+            )
+    rows = df.select(*[columns[f.name].alias(f.name) for f in CALIBRATION.fields])
+    return pd.DataFrame(rows.toPandas(), columns=CALIBRATION.fieldNames())
+
+
 def _read_table_input(spark: SparkSession, path: str, fmt: str, what: str) -> DataFrame:
     _require_local_path(path, what)
     try:
@@ -535,6 +582,8 @@ def check_inputs_exist(inputs: InputsConfig) -> None:
     served_logs = inputs.logs()
     _require_local_path(served_logs.path, f"served logs at {served_logs.path}")
     _require_local_path(inputs.clusters.path, f"cluster table at {inputs.clusters.path}")
+    if inputs.calibration is not None:
+        _require_local_path(inputs.calibration.path, f"calibration at {inputs.calibration.path}")
 
 
 def partition_dir_date(relative_dir: str, column: str) -> dt.date | None:
