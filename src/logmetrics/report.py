@@ -233,6 +233,7 @@ def build_report_data(
     if everything.empty:
         raise ReportError(f"{DAILY_TABLE.name} has no all-traffic rows from {start} to {end}")
     histogram_date, histogram = _latest_histogram(everything)
+    versions = _versions(everything)
     thresholds = everything["threshold"].dropna().unique()
     return ReportData(
         start=start,
@@ -254,15 +255,18 @@ def build_report_data(
         evaluation=_evaluation_frame(evaluation),
         alerts=_fired(alerts),
         crowding=_crowding_shown(crowding, _fired(alerts), end),
-        versions=_versions(everything),
+        versions=versions,
         calibration=None
-        if calibration is None
-        else _calibration_frame(_versions(everything), calibration, detector),
+        if calibration is None or versions is None
+        else _calibration_frame(versions, calibration, detector),
     )
 
 
-def _versions(everything: pd.DataFrame) -> pd.DataFrame:
-    """Per day, the cluster table version its rows were computed from (null: no versions)."""
+def _versions(everything: pd.DataFrame) -> pd.DataFrame | None:
+    """Per day, the cluster table version its rows were computed from (null: no versions);
+    None for rows that do not say."""
+    if "cluster_table_version" not in everything:
+        return None
     days = everything.sort_values("metric_date").drop_duplicates("metric_date")
     return days[["metric_date", "cluster_table_version"]].reset_index(drop=True)
 
