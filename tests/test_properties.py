@@ -234,13 +234,10 @@ def test_sweep_cost_and_segments_equal_reference(
     )
     clusters_df = spark.createDataFrame(cluster_rows, CLUSTERS)
     max_k = max(ks)
-    segmented_df = (
-        requests_by_key(
-            logs_df, cluster_keys(clusters_df), ks, segment_by=("surface",), repeats=True
-        )
-        .transform(filter_served_requests)
-        .transform(with_segments, ("surface",))
-    )
+    served_df = requests_by_key(
+        logs_df, cluster_keys(clusters_df), ks, segment_by=("surface",), repeats=True
+    ).transform(filter_served_requests)
+    segmented_df = served_df.transform(with_segments, ("surface",))
     dates = reference.dates_between(START, END)
     calendar = spark.createDataFrame([(d, k) for d in dates for k in ks], "metric_date date, k int")
     sweep_calendar = spark.createDataFrame(
@@ -256,7 +253,7 @@ def test_sweep_cost_and_segments_equal_reference(
             "sweep": k_sweep(sums_df, sweep_calendar),
             "cost": redundancy_cost(sums_df, calendar, TOKENS_PER_SLOT, USD_PER_MILLION),
             # Two keys a row: ties at the cut-off are frequent.
-            "crowding": crowding(segmented_df, cluster_keys(clusters_df), ks, top_n=2),
+            "crowding": crowding(served_df, cluster_keys(clusters_df), ks, 2, ("surface",)),
         }.items()
     }
     ref_rows = [

@@ -13,10 +13,11 @@ rules are in `rules` and `quality`; the tables in `tables`.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, wait
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 
 import pandas as pd
 from pyspark import StorageLevel
@@ -40,7 +41,7 @@ from logmetrics.quality.facts import (
 from logmetrics.quality.gx_suite import CheckResult, evaluate
 from logmetrics.quality.policy import DayVerdict, verdicts
 from logmetrics.rules.alerts import alert_rows
-from logmetrics.rules.crowding import crowding
+from logmetrics.rules.crowding import crowding_candidates, crowding_rows
 from logmetrics.rules.daily import (
     daily_from_sums,
     day_sums,
@@ -84,7 +85,10 @@ class DayResult:
     verdict: DayVerdict
 
 
-Write = tuple[DataFrame, Table]
+Rows = DataFrame | Callable[[], DataFrame]
+"""A table's rows, or what builds them in the write's own thread, beside the other writes (for
+rows that need a small collect first: `Chunk._crowding`)."""
+Write = tuple[Rows, Table]
 """A table's rows for the chunk's days (or the published ones), and the table."""
 
 
@@ -188,7 +192,10 @@ class Chunk:
         fail, so that no row vanishes without a trace and every verdict is on record."""
         quarantine_df = quarantined_rows(requests_df).unionByName(self._corrupt_rows())
         missing_df = top_missing_chunks(requests_df, self.config.quality.missing_chunks_top_n)
-        writes = [(quarantine_df, QUARANTINE_TABLE), (missing_df, MISSING_CLUSTER_CHUNKS_TABLE)]
+        writes: list[Write] = [
+            (quarantine_df, QUARANTINE_TABLE),
+            (missing_df, MISSING_CLUSTER_CHUNKS_TABLE),
+        ]
         if self.config.quality.enabled:
             checks_df = self.spark.createDataFrame(
                 [
@@ -245,11 +252,22 @@ class Chunk:
             (cost_df, REDUNDANCY_COST_TABLE),
             (alerts_frame(self.spark, alerts, stamp.run_id, stamp.computed_at), ALERTS_TABLE),
             *(
-                [(crowding(segmented_df, keys_df, metrics.ks, crowd.top_clusters), CROWDING_TABLE)]
+                [(partial(self._crowding, served_df, keys_df), CROWDING_TABLE)]
                 if crowd.enabled
                 else []
             ),
         ], alerts
+
+    def _crowding(self, served_df: DataFrame, keys_df: DataFrame) -> DataFrame:
+        """unique_clusters_crowding's rows: the candidates (a few thousand rows, from the one
+        big aggregation of the repeats) collected once, then named and given their examples.
+        Built in the table's write thread."""
+        metrics, top_n = self.config.metrics, self.config.crowding.top_clusters
+        with self.phases.timed("crowding candidates"):
+            candidates = self._local(
+                crowding_candidates(served_df, metrics.ks, top_n, metrics.segment_by)
+            )
+        return crowding_rows(candidates, served_df, keys_df, metrics.ks, top_n, metrics.segment_by)
 
     def _alerts(self, daily_df: DataFrame, publish: list[dt.date]) -> pd.DataFrame:
         """The published days judged in date order (`alerts.alert_rows`), against the published
@@ -268,7 +286,8 @@ class Chunk:
         that may hold nulls cannot be cast to its table's column, whose elements are not null."""
         return self.spark.createDataFrame(df.toArrow(), schema=df.schema)
 
-    def _write(self, df: DataFrame, table: Table, dates: list[dt.date]) -> None:
+    def _write(self, rows: Rows, table: Table, dates: list[dt.date]) -> None:
+        df = rows() if callable(rows) else rows
         replace_dates(self.spark, with_run_stamp(df, self.stamp), self.config.output, table, dates)
 
     def _corrupt_rows(self) -> DataFrame:
@@ -306,7 +325,7 @@ class Computed:
     chunk: Chunk
     requests_df: DataFrame  # persisted: every table's rows are read from it
     chunk_keys: ChunkKeys  # the keys its entries were joined to
-    tables: list[tuple[DataFrame, Table, list[dt.date]]]
+    tables: list[tuple[Rows, Table, list[dt.date]]]
     publish: list[dt.date]  # the days whose blocking gates passed (or on_failure: warn)
     alerts: pd.DataFrame
     facts: pd.DataFrame

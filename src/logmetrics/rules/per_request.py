@@ -115,7 +115,8 @@ def with_segment_values(logs_df: DataFrame, segment_by: Sequence[str]) -> DataFr
 SEGMENT_VALUES = "segment_values"
 
 
-def _segment_values(df: DataFrame) -> list[str]:
+def segment_value_columns(df: DataFrame) -> list[str]:
+    """[`segment_values`] when the rows carry the segment columns' values, else []."""
     return [SEGMENT_VALUES] if SEGMENT_VALUES in df.columns else []
 
 
@@ -170,7 +171,7 @@ def explode_entries(logs_df: DataFrame) -> DataFrame:
         "served_at",
         "copies",
         "conflicting",
-        *_segment_values(logs_df),
+        *segment_value_columns(logs_df),
     ]
     results = F.when(~F.col("is_malformed"), F.col("results"))
     results_type = logs_df.schema["results"].dataType
@@ -245,7 +246,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int], repeats: bool = 
             "copies",
             "conflicting",
             "malformed_row",
-            *_segment_values(keyed_entries_df),
+            *segment_value_columns(keyed_entries_df),
             is_valid.cast("int").alias("is_valid"),
             is_missing.cast("int").alias("is_missing"),
             (is_valid & (F.col("rank") <= 0)).cast("int").alias("is_non_positive"),
@@ -261,7 +262,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int], repeats: bool = 
             F.max("copies").alias("copies"),
             F.max("conflicting").alias("conflicting"),
             # One copy, one value (malformed copies keep the first's, which nothing reads).
-            *[F.first(c).alias(c) for c in _segment_values(keyed_entries_df)],
+            *[F.first(c).alias(c) for c in segment_value_columns(keyed_entries_df)],
             F.sum("is_valid").alias("results"),
             F.sum("is_missing").alias("missing_cluster_results"),
             F.sum("is_non_positive").alias("non_positive_ranks"),
@@ -297,7 +298,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int], repeats: bool = 
             "served_at",
             "copies",
             "conflicting",
-            *_segment_values(keyed_entries_df),
+            *segment_value_columns(keyed_entries_df),
             *[F.col(c).cast("int").alias(c) for c in COUNTS],
             windows(F.col("new_slots"), ks).alias("windows"),
             "new_slots",
