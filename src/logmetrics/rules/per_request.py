@@ -303,13 +303,19 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int], repeats: bool = 
             windows(F.col("new_slots"), ks).alias("windows"),
             "new_slots",
             "slot_tokens",
+            # Null when empty, before anything else is made of the list: a CASE WHEN would
+            # evaluate the (interpreted) function twice.
             *(
-                [_null_if_empty(first_repeats(F.col("repeats"))).alias("repeats")]
+                [first_repeats(_null_if_empty(F.col("repeats"))).alias("repeats")]
                 if repeats
                 else []
             ),
             *[
-                _null_if_empty(F.sort_array(c) if c == "invalid_entries" else F.col(c)).alias(c)
+                (
+                    F.sort_array(_null_if_empty(F.col(c)))
+                    if c == "invalid_entries"
+                    else _null_if_empty(F.col(c))
+                ).alias(c)
                 for c in RARE_LISTS
             ],
         )
