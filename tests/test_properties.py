@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 import reference
 from logmetrics.rules.cluster_keys import cluster_keys
-from logmetrics.rules.crowding import crowding
+from logmetrics.rules.crowding import crowding_candidates, crowding_rows
 from logmetrics.rules.daily import (
     daily_from_sums,
     day_sums,
@@ -246,14 +246,19 @@ def test_sweep_cost_and_segments_equal_reference(
     # The pipeline's path: one aggregation (`day_sums`), brought to the driver as Arrow, from
     # which the three tables are derived; each table is collected once.
     sums_df = spark.createDataFrame(day_sums(segmented_df, ks, TOKENS_PER_SLOT).toArrow())
+    # Crowding as the chunk builds it: the few candidates collected, then named (top_n 2: ties
+    # at the cut-off are frequent).
+    found = crowding_candidates(served_df, ks, 2, ("surface",))
+    candidates = spark.createDataFrame(found.toArrow(), schema=found.schema)
     got = {
         table: [r.asDict() for r in df.collect()]
         for table, df in {
             "daily": daily_from_sums(sums_df, calendar, threshold=2),
             "sweep": k_sweep(sums_df, sweep_calendar),
             "cost": redundancy_cost(sums_df, calendar, TOKENS_PER_SLOT, USD_PER_MILLION),
-            # Two keys a row: ties at the cut-off are frequent.
-            "crowding": crowding(served_df, cluster_keys(clusters_df), ks, 2, ("surface",)),
+            "crowding": crowding_rows(
+                candidates, served_df, cluster_keys(clusters_df), ks, 2, ("surface",)
+            ),
         }.items()
     }
     ref_rows = [

@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 from logmetrics.config import Config, OutputConfig
 from logmetrics.errors import ConfigError, LogmetricsError
 from logmetrics.rules.alerts import as_date
-from logmetrics.rules.calibration import calibration_of, is_missing
+from logmetrics.rules.calibration import calibration_of, version_key
 from logmetrics.schemas import (
     ALERT,
     ALL_QUERIES,
@@ -277,13 +277,9 @@ def _version_changes(versions: pd.DataFrame) -> list[tuple[dt.date, Any]]:
     for before, after in zip(
         versions.iloc[:-1].itertuples(), versions.iloc[1:].itertuples(), strict=True
     ):
-        if _version(before.cluster_table_version) != _version(after.cluster_table_version):
-            changes.append((as_date(after.metric_date), _version(after.cluster_table_version)))
+        if version_key(before.cluster_table_version) != version_key(after.cluster_table_version):
+            changes.append((as_date(after.metric_date), version_key(after.cluster_table_version)))
     return changes
-
-
-def _version(value: Any) -> int | None:
-    return None if is_missing(value) else int(value)
 
 
 def _calibration_frame(
@@ -294,9 +290,9 @@ def _calibration_frame(
     gets a row of nulls, so the table says so."""
     out = []
     for version, days in versions.groupby(
-        versions["cluster_table_version"].map(_version), dropna=False, sort=False
+        versions["cluster_table_version"].map(version_key), dropna=False, sort=False
     ):
-        key = _version(version)
+        key = version_key(version)
         span = {
             "cluster_table_version": key,
             "first_day": as_date(days["metric_date"].min()),

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from logmetrics.config import Config
 from logmetrics.errors import InputError
-from logmetrics.rules.calibration import is_missing, problem, uncalibrated
+from logmetrics.rules.calibration import is_missing, problem, uncalibrated, version_key
 from logmetrics.schemas import DETECTOR_CALIBRATION
 from logmetrics.tables.catalog import DETECTOR_CALIBRATION_TABLE, RunStamp, replace_where
 from logmetrics.tables.sources import read_calibration
@@ -40,7 +40,7 @@ def publish_calibration(
     """Replace `detector_calibration` with the rows, stamped with the run."""
     records = [
         (
-            None if is_missing(r["cluster_table_version"]) else int(r["cluster_table_version"]),
+            version_key(r["cluster_table_version"]),
             None if is_missing(r["detector"]) else str(r["detector"]),
             float(r["threshold"]),
             float(r["pair_precision"]),

@@ -47,7 +47,7 @@ def calibration_of(rows: pd.DataFrame, version: int | None, detector: str | None
     """The rows describing the cluster table a day was computed from: those of its Delta
     `version`; for a table without versions (null), those of the configured `detector` label."""
     if not is_missing(version):
-        return rows[rows["cluster_table_version"].map(_key) == int(version)]  # type: ignore[arg-type]
+        return rows[rows["cluster_table_version"].map(version_key) == int(version)]  # type: ignore[arg-type]
     if detector is None:
         return rows.iloc[0:0]
     return rows[rows["detector"] == detector]
@@ -59,13 +59,14 @@ def uncalibrated(
     """The distinct cluster table versions of `versions` that no calibration row describes."""
     out: list[int | None] = []
     for version in versions:
-        key = _key(version)
+        key = version_key(version)
         if key not in out and calibration_of(rows, key, detector).empty:
             out.append(key)
     return out
 
 
-def _key(value: Any) -> int | None:
+def version_key(value: Any) -> int | None:
+    """A cluster table version as a pandas cell holds it (a float with NaN, say) as int or None."""
     return None if is_missing(value) else int(value)
 
 

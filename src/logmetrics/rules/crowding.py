@@ -30,21 +30,6 @@ EXAMPLES = 3
 _GROUP = ("metric_date", "k", *SEGMENT_KEY)
 
 
-def crowding(
-    requests_df: DataFrame,
-    keys_df: DataFrame,
-    ks: Sequence[int],
-    top_n: int,
-    segment_by: Sequence[str] = (),
-) -> DataFrame:
-    """The `unique_clusters_crowding` rows of the served requests in `requests_df` (one row
-    per request, with its `segment_values` when `segment_by` is set), run columns aside:
-    `crowding_candidates`, then `crowding_rows` (the pipeline collects the few candidates in
-    between, so that the big aggregation runs once)."""
-    candidates = crowding_candidates(requests_df, ks, top_n, segment_by)
-    return crowding_rows(candidates, requests_df, keys_df, ks, top_n, segment_by)
-
-
 def crowding_candidates(
     requests_df: DataFrame, ks: Sequence[int], top_n: int, segment_by: Sequence[str] = ()
 ) -> DataFrame:

@@ -338,7 +338,7 @@ def new_slots(keys: Column) -> Column:
 
 def repeated_slots(keys: Column, new_slots: Column) -> Column:
     """array<struct<pos, key>>: the slots (pos from 1) whose key already appeared above them,
-    in slot order: what `crowding` counts, per key, as redundant slots."""
+    in slot order: what `rules.crowding` counts, per key, as redundant slots."""
     slots = F.transform(keys, lambda key, i: F.struct((i + 1).alias("pos"), key.alias("key")))
     return F.filter(slots, lambda _, i: ~F.element_at(new_slots, i + 1))
 
