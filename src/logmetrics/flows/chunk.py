@@ -71,7 +71,6 @@ from logmetrics.tables.catalog import (
     Table,
     by_query_table,
     replace_dates,
-    with_run_stamp,
 )
 from logmetrics.tables.file_scan import CorruptInput
 from logmetrics.tables.sources import read_served_logs
@@ -190,7 +189,9 @@ class Chunk:
     def _diagnostics(self, requests_df: DataFrame, checks: list[CheckResult]) -> list[Write]:
         """quarantine, missing_cluster_chunks and data_quality: written for every day, pass or
         fail, so that no row vanishes without a trace and every verdict is on record."""
+        # Shuffled to one task, so that the scans of the cached requests run in parallel.
         quarantine_df = quarantined_rows(requests_df).unionByName(self._corrupt_rows())
+        quarantine_df = quarantine_df.repartition(1)
         missing_df = top_missing_chunks(requests_df, self.config.quality.missing_chunks_top_n)
         writes: list[Write] = [
             (quarantine_df, QUARANTINE_TABLE),
@@ -288,7 +289,7 @@ class Chunk:
 
     def _write(self, rows: Rows, table: Table, dates: list[dt.date]) -> None:
         df = rows() if callable(rows) else rows
-        replace_dates(self.spark, with_run_stamp(df, self.stamp), self.config.output, table, dates)
+        replace_dates(self.spark, df, self.config.output, table, dates, self.stamp)
 
     def _corrupt_rows(self) -> DataFrame:
         """The quarantine's rows for the unreadable inputs: one per input and day it may hold."""

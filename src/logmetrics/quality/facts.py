@@ -40,14 +40,35 @@ def day_facts(requests_df: DataFrame, days_df: DataFrame) -> DataFrame:
         F.sum(F.when(served, F.col("results"))).alias("valid_entries"),
         F.sum(F.when(served, F.col("missing_cluster_results"))).alias("missing_entries"),
         F.sum(F.when(served, F.col("non_positive_ranks"))).alias("non_positive_ranks"),
-        (
-            F.count(F.when(served, True)) - F.countDistinct(F.when(served, F.col("request_id")))
-        ).alias("duplicate_request_ids"),
         F.sum(F.size(F.coalesce("invalid_entries", F.array()))).alias("quarantined_entries"),
     )
-    return days_df.join(facts, on="metric_date", how="left").select(
-        "metric_date",
-        *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in DAY_FACT_COLUMNS],
+    # A row per day on each side: broadcast, rather than shuffled and sorted for a merge join.
+    return (
+        days_df.join(F.broadcast(facts), on="metric_date", how="left")
+        .join(F.broadcast(duplicate_request_ids(requests_df)), on="metric_date", how="left")
+        .select(
+            "metric_date",
+            *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in DAY_FACT_COLUMNS],
+        )
+    )
+
+
+def duplicate_request_ids(requests_df: DataFrame) -> DataFrame:
+    """(metric_date, duplicate_request_ids): served rows left after de-duplication beyond one
+    per (metric_date, request_id), the `unique_request_ids` gate's count. A day without any
+    has no row.
+
+    Counted per request where the rows already sit (the per-request rows are partitioned by
+    `request_key`, a hash of metric_date and request_id: `per_request.partition_by_request`), so
+    only the repeated ids, a handful of rows, cross a shuffle; a `countDistinct` beside the
+    other facts made Spark expand and shuffle every request twice."""
+    return (
+        requests_df.where(~F.col("is_malformed"))
+        .groupBy("request_key", "metric_date", "request_id")
+        .agg((F.count(F.lit(1)) - 1).alias("repeats"))
+        .where(F.col("repeats") > 0)
+        .groupBy("metric_date")
+        .agg(F.sum("repeats").alias("duplicate_request_ids"))
     )
 
 

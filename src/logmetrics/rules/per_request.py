@@ -218,7 +218,8 @@ COUNTS = ("results", "missing_cluster_results", "non_positive_ranks")
 
 def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int], repeats: bool = False) -> DataFrame:
     """One row per (metric_date, request_id, is_malformed) with every metric of the request
-    (one copy of it: see `filter_first_copies`).
+    (one copy of it: see `filter_first_copies`), and its `request_key`, which the rows are
+    still partitioned by: a later group-by on it needs no shuffle.
 
     - Entries with a null chunk_id or rank are set aside (`invalid_entries`); the rest are
       ordered by rank, ties by array position.
@@ -292,9 +293,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int], repeats: bool = 
             ),
         )
         .select(
-            "metric_date",
-            "request_id",
-            "is_malformed",
+            *REQUEST_KEY,
             "served_at",
             "copies",
             "conflicting",

@@ -293,9 +293,13 @@ def replace_dates(
     output: OutputConfig,
     table: Table,
     dates: Sequence[dt.date],
+    stamp: RunStamp | None = None,
 ) -> None:
-    """Replace exactly `dates` of `table` with `df`'s rows, in one Delta commit."""
-    replace_where(spark, df, output, table, dates_predicate(dates))
+    """Replace exactly `dates` of `table` with `df`'s rows, in one Delta commit; with `stamp`,
+    its provenance columns (`with_run_stamp`) are added to the rows after their shuffle."""
+    replace_where(
+        spark, df, output, table, dates_predicate(dates), stamp, partitions=len(set(dates))
+    )
 
 
 def replace_runs(
@@ -307,15 +311,21 @@ def replace_runs(
 
 
 def replace_where(
-    spark: SparkSession, df: DataFrame, output: OutputConfig, table: Table, predicate: str
+    spark: SparkSession,
+    df: DataFrame,
+    output: OutputConfig,
+    table: Table,
+    predicate: str,
+    stamp: RunStamp | None = None,
+    partitions: int | None = None,
 ) -> None:
-    """Replace the rows of `table` matching `predicate` with `df`'s rows, in one Delta commit."""
+    """Replace the rows of `table` matching `predicate` with `df`'s rows, in one Delta commit
+    (`stamp`, `partitions`: see `one_file_per_partition`)."""
     ref = table_ref(output, table)
     ensure_table(spark, ref)
     log.debug("writing %s where %s", ref, predicate)
-    rows = conform(df, table.schema)
-    # One file per partition, or per write of an unpartitioned table, whatever came upstream.
-    rows = rows.repartition(*table.partition_by) if table.partition_by else rows.coalesce(1)
+    rows = one_file_per_partition(spark, df, table, partitions)
+    rows = conform(with_run_stamp(rows, stamp) if stamp else rows, table.schema)
     writer = (
         rows.write.format("delta")
         .mode("overwrite")
@@ -323,6 +333,24 @@ def replace_where(
         .option("mergeSchema", "true")  # a newer logmetrics may add columns: additive only
     )
     _retry_conflicts(lambda: _save(writer, ref), f"write {ref}")
+
+
+def one_file_per_partition(
+    spark: SparkSession, df: DataFrame, table: Table, partitions: int | None = None
+) -> DataFrame:
+    """`df`'s columns of the table, one file per table partition or, for an unpartitioned
+    table, one file per write, whatever came upstream.
+
+    A partitioned table's rows are shuffled by its partition columns into a fixed number of
+    tasks, which adaptive execution leaves as it is (it would coalesce the shuffle by its
+    bytes: three tasks for a month of the per-query table, on two cores): `partitions` (the
+    dates written), at most `spark.sql.shuffle.partitions`. Only the table's own columns cross
+    the shuffle: the provenance columns are constants, added after it."""
+    rows = df.select(*[c for c in df.columns if c in table.schema.names])
+    if not table.partition_by:
+        return rows.coalesce(1)
+    tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
+    return rows.repartition(max(1, min(partitions or tasks, tasks)), *table.partition_by)
 
 
 def append(spark: SparkSession, df: DataFrame, output: OutputConfig, table: Table) -> None:
