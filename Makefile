@@ -19,15 +19,14 @@ demo: install
 	$(BIN)/logmetrics demo
 
 # The whole suite on two workers (pytest-xdist, a module per worker at a time: tests/conftest.py
-# hands out the longest first) on the default engine (Comet where it loads), then the DAG tests
-# in their own Airflow venv (a few minutes, the venv cold). The other engines, lines and
-# platforms (plain Spark, Spark 4.0, the wheel on a runtime, a Hive metastore) are
-# `make test-compat`, which .ci/run runs after it.
+# hands out the longest first) on the default engine (Comet where it loads). The other engines,
+# lines and platforms (plain Spark, Spark 4.0, the wheel on a runtime, a Hive metastore) are
+# `make test-compat`, and the Airflow DAGs and the bundle `make test-deploy` (their own venv, a
+# few minutes cold): .ci/run runs both after it.
 REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_hostile.py
 
 test: install
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not platform" --durations=30
-	$(MAKE) --no-print-directory test-deploy
 
 # Not part of `make test` (.ci/run runs it after). First, in .venv: the tests that compare
 # outputs with the pure-Python reference (marked `reference`) once more on plain Spark, and the
@@ -123,6 +122,7 @@ clean:
 	rm -rf $(VENV) $(COMPAT_VENV) dist .ivy2 .cluster warehouse data logs reports spark-warehouse .pytest_cache .hypothesis \
 		bench-data bench-out
 
+# Not part of `make test` (.ci/run runs it after test-compat).
 # DAG tests for deploy/airflow/dags (+ the bundle checks), in their own venv: Airflow pins clash
 # with the main one. They parse and render the DAGs, then run the backfill and nightly DAGs for
 # real (dag.test(), a SQLite database in the throwaway AIRFLOW_HOME) through .venv's spark-submit

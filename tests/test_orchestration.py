@@ -25,7 +25,7 @@ from logmetrics.synthetic import generate
 pytestmark = pytest.mark.slow
 
 START = dt.date(2026, 6, 1)
-DAYS = 6  # three chunks of two days: a kill can land in the first, and days remain after it
+DAYS = 4  # two chunks of two days: a kill can land in the first, and days remain after it
 END = START + dt.timedelta(days=DAYS - 1)
 VOLATILE = {"run_id", "computed_at", "checked_at", "quarantined_at", "details"}
 TABLES = ("unique_clusters_by_query", "unique_clusters_daily", "data_quality", "quarantine")
@@ -206,7 +206,7 @@ def test_killed_backfill_resumes_to_the_tables_of_an_uninterrupted_run(
     delay: float,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """SIGKILL at a point of a 6-day backfill (chunks of 2 days): no reader sees a partial
+    """SIGKILL at a point of a 4-day backfill (chunks of 2 days): no reader sees a partial
     or doubled day meanwhile, and the resumed run converges to the uninterrupted run's tables.
     The killed run is a process of its own; the resume runs in this one (a warm JVM: what
     matters is what the killed process left behind)."""
@@ -248,17 +248,17 @@ def test_concurrent_backfills_over_disjoint_and_overlapping_dates(
     date of each, started once the first process is computing: every day ends up once."""
     warehouse = tmp_path / "shared"
     config = _config(data, warehouse)
-    days = 6
+    days = DAYS
     runs = [
-        _spawn(config, start=START, end=START + dt.timedelta(days=2)),
-        _spawn(config, start=START + dt.timedelta(days=3), end=START + dt.timedelta(days=5)),
+        _spawn(config, start=START, end=START + dt.timedelta(days=1)),
+        _spawn(config, start=START + dt.timedelta(days=2), end=START + dt.timedelta(days=3)),
     ]
     first = runs[0]
     assert first.stderr is not None
     for line in first.stderr:
         if "computing" in line:
             break
-    overlapping = _backfill_argv(config, START + dt.timedelta(days=2), START + dt.timedelta(days=3))
+    overlapping = _backfill_argv(config, START + dt.timedelta(days=1), START + dt.timedelta(days=2))
     assert main([*overlapping, "--force"]) == 0
     for run in runs:
         _, err = run.communicate(timeout=600)
