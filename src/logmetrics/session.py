@@ -239,6 +239,11 @@ def local_conf(settings: SparkConfig, days: int | None = None) -> dict[str, str]
         # The per-request frame is cached once and scanned by every table of a chunk: on one
         # machine the CPU to compress and decompress it costs more than the memory it saves.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # The daily sums' one aggregation holds three buffers per slot up to the largest k and
+        # the histograms: about 105 fields at ks up to 20, past the default of 100, above which
+        # Spark gives up whole-stage code generation. At 400 it is generated: a 30-day chunk's
+        # daily sums 4.8 -> 3.6 s on both engines (3 alternating rounds, 2 cores).
+        "spark.sql.codegen.maxFields": "400",
     }
     if use_comet(settings):
         conf = with_packages(
