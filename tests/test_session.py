@@ -278,3 +278,42 @@ def test_a_second_process_waits_for_the_resolve_lock() -> None:
         held = subprocess.run([sys.executable, "-c", probe], check=False)
     free = subprocess.run([sys.executable, "-c", probe], check=False)
     assert (held.returncode, free.returncode) == (7, 0)
+
+
+class _Started(Exception):
+    """Raised by the stand-in builder: the local JVM would start here."""
+
+
+def test_the_local_jvm_starts_with_two_malloc_arenas_unless_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[str | None] = []
+
+    class Builder:
+        def appName(self, _: str) -> Builder:
+            return self
+
+        def config(self, _: str, __: str) -> Builder:
+            return self
+
+        def getOrCreate(self) -> None:
+            seen.append(os.environ.get("MALLOC_ARENA_MAX"))
+            raise _Started
+
+    class Session:
+        builder = Builder()
+
+        @staticmethod
+        def getActiveSession() -> None:
+            return None
+
+    monkeypatch.setattr(session, "SparkSession", Session)
+    monkeypatch.setattr(session, "is_managed_environment", lambda: False)
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    with pytest.raises(_Started):
+        session.get_spark(SparkConfig(accelerator="none"))
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # the user's choice stands
+    with pytest.raises(_Started):
+        session.get_spark(SparkConfig(accelerator="none"))
+    assert seen == ["2", "4"]

@@ -318,6 +318,8 @@ def get_spark(
     delta = installed_delta_package()
     packages = f"{delta} and {COMET_PACKAGE}" if comet else delta
     log.info("starting local Spark (%s) with %s", redact_url(settings.master), packages)
+    for name, value in LOCAL_JVM_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)  # the JVM PySpark launches inherits it
     with _jvm_output_to(settings.log_dir) as log_file, resolve_lock():
         try:
             spark = builder.getOrCreate()
@@ -329,6 +331,14 @@ def get_spark(
         check_comet_loaded(spark)
     return spark
 
+
+LOCAL_JVM_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2"}
+"""Set for the local JVM unless already set. glibc gives each thread that allocates natively
+(Comet's native engine, Arrow, compression codecs) its own malloc arena, up to 8 per core, and
+memory freed in one arena is not reused by another: the process grows beyond what Spark and
+Comet account for. Two arenas, measured on the 90-day benchmark with Comet: peak PSS of the
+process tree 4.08 -> 3.86 GiB with 30-day chunks and 6.0 -> 5.0 GiB with one 90-day chunk, at
+the same wall time."""
 
 IVY_HOME = Path.home() / ".ivy2.5.2"
 """Spark's default Ivy home (its `spark.jars.ivy`), where the resolved jars are cached."""
