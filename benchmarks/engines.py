@@ -8,7 +8,8 @@
 - `duckdb`: the SQL reference (`benchmarks.duckdb_reference`).
 - `naive`: the textbook Spark plan (`benchmarks.naive_spark`).
 - `floor`: less than the metric work in plain Spark, a lower bound (`benchmarks.floor_spark`);
-  its outputs are not the metric, so they are not checked.
+  its outputs are not the metric, so they are not checked. `floor-comet`: the same plan with
+  Comet on, as logmetrics' default run has it: the floor that run is compared with.
 
 Every run gets its own directory, emptied first; the outputs of the last run of each
 (workload, engine) stay there for the correctness check.
@@ -42,6 +43,7 @@ LOGMETRICS_PLAIN = "logmetrics-plain"
 DUCKDB = "duckdb"
 NAIVE = "naive"
 FLOOR = "floor"
+FLOOR_COMET = "floor-comet"
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,7 @@ class NaiveSpark:
     name = NAIVE
     checked = True
     module = "benchmarks.naive_spark"
+    accelerator = "none"
 
     def prepare(self, workload: Workload, run_dir: Path) -> list[str]:
         fresh_dir(run_dir)
@@ -228,6 +231,8 @@ class NaiveSpark:
             *workload.job_arguments(),
             "--driver-memory",
             DRIVER_MEMORY,
+            "--accelerator",
+            self.accelerator,
             "--out",
             str(run_dir),
         ]
@@ -249,3 +254,10 @@ class FloorSpark(NaiveSpark):
 
     def outputs(self, run_dir: Path) -> dict[str, str]:
         return {"format": "parquet", "by_query": str(run_dir / floor_spark.BY_QUERY_DIR)}
+
+
+class FloorComet(FloorSpark):
+    """The floor with Comet on (`--accelerator comet`), as logmetrics' default run has it."""
+
+    name = FLOOR_COMET
+    accelerator = "comet"

@@ -56,7 +56,7 @@ KS = (5, 10, 20)
 THRESHOLD = 4
 KINDS = ("floor", "nightly", "tiny")
 # The issue's targets: a run's wall time over the platform floor's.
-MAX_RATIO = {"nightly": 2.0, "tiny": 1.6}
+MAX_RATIO = {"nightly": 2.5, "tiny": 2.2}  # issue 27
 README_MARKERS = ("<!-- bench:fixed-cost:start -->", "<!-- bench:fixed-cost:end -->")
 
 

@@ -14,6 +14,9 @@ ignored), so the correctness check never reads them. `python -m benchmarks.floor
 against the DuckDB reference: if a plan doing less than the metric work is already near 4x
 DuckDB, so is every plan doing all of it.
 
+`--accelerator comet` runs the same plan with Comet on (`benchmarks.naive_spark.start_spark`):
+the floor for logmetrics' default run, which has Comet on too.
+
 Run as a process: `python -m benchmarks.floor_spark --help`.
 """
 

@@ -26,16 +26,47 @@ BY_QUERY_DIR = "by_query"
 DAILY_DIR = "daily"
 
 
-def start_spark(driver_memory: str) -> SparkSession:
-    return (
+ACCELERATORS = ("none", "comet")
+
+
+def start_spark(driver_memory: str, accelerator: str = "none") -> SparkSession:
+    """Plain local Spark; with `accelerator` "comet", the same with logmetrics' Comet settings
+    (its plugin, shuffle and off-heap share of `driver_memory`: `logmetrics.session`), so that
+    the engine is the one difference."""
+    builder = (
         SparkSession.builder.appName("logmetrics-naive-benchmark")
         .master("local[*]")
         .config("spark.driver.memory", driver_memory)
         .config("spark.sql.session.timeZone", "UTC")  # metric_date = the UTC date
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
     )
+    if accelerator == "comet":
+        for key, value in comet_settings(driver_memory).items():
+            builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def comet_settings(driver_memory: str) -> dict[str, str]:
+    """Comet's jar (resolved as logmetrics resolves it) and settings, as a local logmetrics
+    session with `spark.accelerator: comet` has them."""
+    from logmetrics.session import (
+        COMET_PACKAGE,
+        comet_conf,
+        comet_memory,
+        comet_released,
+        comet_supported,
+        delta_conf,
+    )
+
+    if not (comet_released() and comet_supported()):
+        raise SystemExit("Comet has no build for this Spark line or platform")
+    return {
+        "spark.jars.packages": COMET_PACKAGE,
+        "spark.jars.ivySettings": delta_conf()["spark.jars.ivySettings"],
+        **comet_conf(),
+        **comet_memory(driver_memory),
+    }
 
 
 def first_copies(logs: DataFrame, start: dt.date, end: dt.date) -> DataFrame:
@@ -192,8 +223,9 @@ def spark_job(
     session, and the ks."""
     parser = job_parser(f"python -m {module}", doc.split("\n\n")[0])
     parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--accelerator", choices=ACCELERATORS, default="none")
     args = parser.parse_args(argv)
-    spark = start_spark(args.driver_memory)
+    spark = start_spark(args.driver_memory, args.accelerator)
     spark.sparkContext.setLogLevel("WARN")
     return args, spark, sorted({int(k) for k in args.ks.split(",")})
 

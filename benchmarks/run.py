@@ -5,9 +5,10 @@
 2. Workloads: top-10 over 90, 30 and 60 days, top-20 over 30 days. Each round runs every
    workload's engines back to back, so that a slow spell of the machine hits all of them
    alike; `--repeats` rounds. Every workload: logmetrics (the defaults, Comet on),
-   logmetrics-plain (`spark.accelerator: none`) and DuckDB; the 90 days also the plain-Spark
-   floor, logmetrics-chunk90 (`backfill.days_per_chunk` = the 90 days, one chunk) and, in the
-   first `--naive-repeats` rounds, the naive plan.
+   logmetrics-plain (`spark.accelerator: none`) and DuckDB; the 90 and the 30 days of top-10
+   also the floor on plain Spark and with Comet (the slopes between the two: the per-row cost
+   without the fixed cost); the 90 days also logmetrics-chunk90 (`backfill.days_per_chunk` =
+   the 90 days, one chunk) and, in the first `--naive-repeats` rounds, the naive plan.
 3. Where logmetrics' time goes, from the Spark event log of its last 90-day run.
 4. Correctness: every logmetrics variant's and the naive plan's last outputs against the
    DuckDB reference's (`benchmarks.check`).
@@ -40,6 +41,7 @@ from benchmarks.engines import (
     THRESHOLD,
     DuckDBReference,
     Engine,
+    FloorComet,
     FloorSpark,
     Logmetrics,
     NaiveSpark,
@@ -52,6 +54,7 @@ log = logging.getLogger("benchmarks")
 
 START = dt.date(2026, 1, 1)
 LOGMETRICS, DUCKDB, NAIVE, FLOOR = Logmetrics(), DuckDBReference(), NaiveSpark(), FloorSpark()
+FLOOR_COMET = FloorComet()
 PLAIN = Logmetrics(LOGMETRICS_PLAIN, {"spark": {"accelerator": "none"}})
 
 
@@ -103,8 +106,10 @@ def build_plan(args: argparse.Namespace) -> Plan:
         f"logmetrics-chunk{args.days}", {"backfill": {"days_per_chunk": args.days}}
     )
     engines: dict[str, list[Engine]] = {w.name: [LOGMETRICS, PLAIN, DUCKDB] for w in workloads}
-    # The pairs the targets compare sit next to each other: plain / floor, one chunk / default.
-    engines[main] = [LOGMETRICS, DUCKDB, PLAIN, FLOOR, one_chunk]
+    # The pairs the targets compare sit next to each other: each logmetrics run and its floor,
+    # one chunk / default. The 30 days have the floors too, for the slopes.
+    engines[main] = [LOGMETRICS, FLOOR_COMET, DUCKDB, PLAIN, FLOOR, one_chunk]
+    engines[short] = [LOGMETRICS, FLOOR_COMET, PLAIN, FLOOR, DUCKDB]
     if args.naive_repeats > 0:
         engines[main].append(NAIVE)
     return Plan(
@@ -299,6 +304,7 @@ def build_results(
             },
         },
         "workloads": summary,
+        "slopes_s_per_60_days": report.slopes(summary, plan.main, plan.short),
         "targets": report.targets(summary, plan.main, plan.short, chunking, checks, plan.checked()),
         "where_the_time_goes": where_the_time_goes(plan, args.out_dir, records),
         "checks": checks,
