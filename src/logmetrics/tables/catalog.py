@@ -344,13 +344,17 @@ def one_file_per_partition(
     A partitioned table's rows are shuffled by its partition columns into a fixed number of
     tasks, which adaptive execution leaves as it is (it would coalesce the shuffle by its
     bytes: three tasks for a month of the per-query table, on two cores): `partitions` (the
-    dates written), at most `spark.sql.shuffle.partitions`. Only the table's own columns cross
-    the shuffle: the provenance columns are constants, added after it."""
+    dates written), at most `spark.sql.shuffle.partitions` when that is a number (Databricks
+    also takes `auto`). Only the table's own columns cross the shuffle: the provenance columns
+    are constants, added after it."""
     rows = df.select(*[c for c in df.columns if c in table.schema.names])
     if not table.partition_by:
         return rows.coalesce(1)
-    tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
-    return rows.repartition(max(1, min(partitions or tasks, tasks)), *table.partition_by)
+    setting = str(spark.conf.get("spark.sql.shuffle.partitions") or "")
+    counts = [n for n in (partitions, int(setting) if setting.isdigit() else None) if n]
+    if not counts:
+        return rows.repartition(*table.partition_by)
+    return rows.repartition(max(1, min(counts)), *table.partition_by)
 
 
 def append(spark: SparkSession, df: DataFrame, output: OutputConfig, table: Table) -> None:
