@@ -4,9 +4,12 @@ when its own inputs changed.
 A day's state is the set of log files holding its rows (path, size and modification time; for a
 Delta table its data files, named uniquely by the commit that wrote them), the unreadable inputs
 that may hold its rows, and the cluster table's state (its Delta version, or its file listing).
-One narrow pass over the range finds every day's files (`rules.per_request.day_file_states`:
-`served_at` and the files' metadata only, date partitions pruned), so a new day's files, or late
-rows landing in an old day's partition, change only the days whose rows they hold.
+Local Parquet files are placed on their days by their footers' served_at statistics
+(`tables.footers`) without reading a row; the rest (Delta, JSON, remote paths, a file whose
+footer cannot say) by one narrow pass over the range (`rules.per_request.day_file_states`:
+`served_at` and the files' metadata only, date partitions pruned). Either way a new day's
+files, or late rows landing in an old day's partition, change only the days whose rows they
+hold.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pyspark.sql import SparkSession
 from logmetrics.config import Config
 from logmetrics.rules.per_request import day_file_states
 from logmetrics.tables.file_scan import CorruptInput
+from logmetrics.tables.footers import footer_days
 from logmetrics.tables.sources import read_served_logs
 
 
@@ -45,26 +49,38 @@ def day_inputs(
     dates: Sequence[dt.date],
     corrupt: Sequence[CorruptInput],
 ) -> dict[dt.date, DayInputs]:
-    """Every day of `dates` (consecutive or not) and its inputs' state, from one narrow pass over
-    the logs of dates[0]..dates[-1]; a day without rows has the state of an empty file set."""
+    """Every day of `dates` (consecutive or not) and its inputs' state, over the logs of
+    dates[0]..dates[-1]: local Parquet files placed on their days by their footers
+    (`tables.footers`), the others by one narrow pass; a day without rows has the state of an
+    empty file set."""
     if not dates:
         return {}
-    logs_df = read_served_logs(
-        spark,
-        config.inputs.logs(),
-        min(dates),
-        max(dates),
-        skip_files=[c.file for c in corrupt if c.line is None],
-    )
-    found = {row.metric_date: row for row in logs_df.transform(day_file_states).collect()}
+    source = config.inputs.logs()
+    start, end = min(dates), max(dates)
+    unreadable_files = [c.file for c in corrupt if c.line is None]
+    footers = footer_days(source, start, end, skip_files=unreadable_files)
+    files: dict[dt.date, list[str]] = {}
+    if footers is None or footers.unplaced:
+        skipped = [*unreadable_files, *(footers.placed if footers else [])]
+        logs_df = read_served_logs(spark, source, start, end, skip_files=skipped)
+        files = {
+            row.metric_date: list(row.files) for row in logs_df.transform(day_file_states).collect()
+        }
+    for day, placed in (footers.states if footers else {}).items():
+        files.setdefault(day, []).extend(placed)
     states = {}
     for day in dates:
-        row = found.get(day)
+        day_files = files.get(day, [])
         unreadable = sorted(f"{c.file}|{c.line}" for c in corrupt if day in c.days([day]))
-        logs = _hash("\n".join([row.files_fingerprint if row else "", *unreadable]))
-        states[day] = DayInputs(logs, int(row.input_files) if row else 0, clusters)
+        listing = _sha256("\n".join(sorted(day_files))) if day_files else ""
+        logs = _hash("\n".join([listing, *unreadable]))
+        states[day] = DayInputs(logs, len(day_files), clusters)
     return states
 
 
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return _sha256(text)[:16]

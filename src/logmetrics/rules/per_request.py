@@ -72,12 +72,12 @@ def _metric_date(logs_df: DataFrame) -> Column:
 
 
 def day_file_states(logs_df: DataFrame) -> DataFrame:
-    """(metric_date, input_files, files_fingerprint): per day, the files that hold its rows (the
-    day placed as `with_row_status` places it) and a SHA-256 over their sorted
-    `path|size|modification time`. A narrow pass: it reads `served_at` (and the date partition)
-    only, and Spark's `_metadata` of each file; for a Delta table, its data files, whose names
-    are unique to the commit that wrote them. The rows are made distinct on the raw columns
-    first, so the file's text is built once per (day, file), not once per row."""
+    """(metric_date, files): per day, the files that hold its rows (the day placed as
+    `with_row_status` places it), each as `path|size|modification time`. A narrow pass: it reads
+    `served_at` (and the date partition) only, and Spark's `_metadata` of each file; for a Delta
+    table, its data files, whose names are unique to the commit that wrote them. The rows are
+    made distinct on the raw columns first, so the file's text is built once per (day, file),
+    not once per row."""
     files = logs_df.select(
         _metric_date(logs_df).alias("metric_date"),
         F.col("_metadata.file_path").alias("path"),
@@ -87,14 +87,7 @@ def day_file_states(logs_df: DataFrame) -> DataFrame:
     file_state = F.concat_ws(
         "|", "path", F.col("size").cast("string"), F.col("mtime").cast("string")
     )
-    per_day = files.groupBy("metric_date").agg(
-        F.count(F.lit(1)).alias("input_files"), F.collect_list(file_state).alias("files")
-    )
-    return per_day.select(
-        "metric_date",
-        "input_files",
-        F.sha2(F.concat_ws("\n", F.array_sort("files")), 256).alias("files_fingerprint"),
-    )
+    return files.groupBy("metric_date").agg(F.collect_list(file_state).alias("files"))
 
 
 def column(name: str) -> Column:

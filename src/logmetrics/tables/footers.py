@@ -1,0 +1,135 @@
+"""The days each local Parquet log file holds rows of, read from its footer: the narrow pass's
+answer for a file without reading a row of it (`flows.inputs`).
+
+A footer keeps, for every row group, the smallest and the largest `served_at` and how many are
+null. A file is **placed** from them when the answer is certain, and exactly what the narrow
+pass over its rows would say (`rules.per_request.day_file_states`, the reader's rules in
+`sources`):
+- a row group whose served_at values span one UTC day, or two consecutive days (its minimum
+  and its maximum are rows, so both days hold one), places the file on those days;
+- null served_at values place it on its date partition's day, and nowhere without one;
+- only the days of the run count, and a date partition outside the reader's margin of a day
+  either side is never read.
+Anything else (no statistics, a row group spanning three days or more, served_at stored as
+text or INT96, a legacy Spark calendar, a partition directory that is not `YYYY-MM-DD`, a path
+whose characters Spark would escape) leaves the file to the narrow pass, which reads its rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from logmetrics.config import ServedLogsInput
+from logmetrics.tables.delta_paths import local_path
+from logmetrics.tables.sources import data_files, date_partition_column, file_key
+
+_PER_DAY = {"milliseconds": 86_400_000, "microseconds": 86_400_000_000}
+_LEGACY_CALENDAR = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")
+_PLAIN_PATH = re.compile(r"^/[A-Za-z0-9/._=+,~-]*$")  # nothing Hadoop's URI would escape
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+@dataclass
+class FooterDays:
+    """What the footers said: the files placed and the file state text of each on its days;
+    the files left to the narrow pass."""
+
+    states: dict[dt.date, list[str]] = field(default_factory=dict)  # day -> `path|size|mtime`
+    placed: list[str] = field(default_factory=list)  # local paths
+    unplaced: list[str] = field(default_factory=list)  # local paths
+
+
+def footer_days(
+    source: ServedLogsInput, start: dt.date, end: dt.date, skip_files: Collection[str] = ()
+) -> FooterDays | None:
+    """The log files of start..end placed on their days from their footers; None where the
+    logs are not Parquet files on a local path (the narrow pass reads them all)."""
+    root = local_path(source.path)
+    if source.format != "parquet" or root is None or not os.path.isdir(root):
+        return None
+    partition = date_partition_column(source)
+    skipped = {file_key(f) for f in skip_files}
+    found = FooterDays()
+    lo, hi = start - dt.timedelta(days=1), end + dt.timedelta(days=1)  # the reader's margin
+    for path, partition_day in data_files(root, partition, lo, hi):
+        if file_key(path) in skipped:
+            continue
+        days = _days(path, partition is not None, partition_day)
+        state = _file_state(path) if days is not None else None
+        if days is None or state is None:
+            found.unplaced.append(path)
+            continue
+        found.placed.append(path)
+        for day in sorted(d for d in days if start <= d <= end):
+            found.states.setdefault(day, []).append(state)
+    return found
+
+
+def _days(path: str, partitioned: bool, partition_day: dt.date | None) -> set[dt.date] | None:
+    """The UTC days of the file's served_at values (null ones on `partition_day`), or None when
+    the footer cannot say for certain."""
+    import pyarrow.parquet as pq
+
+    if partitioned and partition_day is None:
+        return None
+    try:
+        metadata = pq.read_metadata(path)
+    except Exception:  # unreadable here: the narrow pass (or the scan) will judge it
+        return None
+    if any(key in (metadata.metadata or {}) for key in _LEGACY_CALENDAR):
+        return None
+    schema = metadata.schema
+    index = next((i for i in range(len(schema)) if schema.column(i).path == "served_at"), None)
+    if index is None or schema.column(index).physical_type != "INT64":
+        return None
+    logical = json.loads(schema.column(index).logical_type.to_json())
+    per_day = (
+        _PER_DAY.get(logical.get("timeUnit", "")) if logical.get("Type") == "Timestamp" else None
+    )
+    if per_day is None:
+        return None
+    days: set[dt.date] = set()
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        stats = row_group.column(index).statistics
+        if row_group.num_rows == 0:
+            continue
+        if stats is None or not stats.has_null_count:
+            return None
+        if stats.null_count > 0 and partition_day is not None:
+            days.add(partition_day)
+        if stats.null_count < row_group.num_rows:
+            if not stats.has_min_max:
+                return None
+            first = _EPOCH.date() + dt.timedelta(days=stats.min_raw // per_day)
+            last = _EPOCH.date() + dt.timedelta(days=stats.max_raw // per_day)
+            if (last - first).days > 1:  # the days between may hold no row
+                return None
+            days.update((first, last))
+    return days
+
+
+def _file_state(path: str) -> str | None:
+    """`path|size|modification time` as Spark's file metadata gives them in the narrow pass (the
+    path as a `file:` URI, the time in milliseconds as UTC timestamp text), or None for a path
+    Spark would escape."""
+    absolute = os.path.abspath(path)
+    if not _PLAIN_PATH.match(absolute):
+        return None
+    status = os.stat(absolute)
+    millis = status.st_mtime_ns // 1_000_000
+    return f"file:{absolute}|{status.st_size}|{_timestamp_text(millis)}"
+
+
+def _timestamp_text(millis: int) -> str:
+    """A UTC timestamp of `millis` as Spark casts it to text (a fraction without its trailing
+    zeros, none when it is 0)."""
+    moment = _EPOCH + dt.timedelta(milliseconds=millis)
+    text = moment.strftime("%Y-%m-%d %H:%M:%S")
+    fraction = f"{millis % 1000:03d}".rstrip("0")
+    return f"{text}.{fraction}" if fraction else text
