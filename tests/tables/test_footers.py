@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,12 +33,15 @@ def _write(
     unit: str = "us",
     row_group_size: int | None = None,
     mtime_ms: int = 1_767_225_600_120,
+    wall_clock: bool = False,
 ) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    if wall_clock:  # timestamps without a time zone (NTZ): the reader reads them as UTC
+        served = [t.replace(tzinfo=None) if t else None for t in served]
     table = pa.table(
         {
             "request_id": [f"{path.stem}-{i}" for i in range(len(served))],
-            "served_at": pa.array(served, pa.timestamp(unit, tz="UTC")),
+            "served_at": pa.array(served, pa.timestamp(unit, tz=None if wall_clock else "UTC")),
             "results": pa.array(
                 [[{"rank": 1, "chunk_id": "c"}]] * len(served),
                 pa.list_(pa.struct([("rank", pa.int64()), ("chunk_id", pa.string())])),
@@ -79,9 +83,9 @@ PARTITIONED = [
 ]
 
 
-def _dataset(root: Path, files: list[tuple[str, list, dict, bool]]) -> None:
+def _dataset(root: Path, files: list[tuple[str, list, dict, bool]], **more: Any) -> None:
     for name, served, options, _ in files:
-        _write(root / name, served, **options)
+        _write(root / name, served, **options, **more)
 
 
 def _config(root: Path, tmp_path: Path) -> Config:
@@ -127,7 +131,7 @@ def test_the_footers_place_the_files_they_can_be_sure_of(partitioned: Path) -> N
     }
 
 
-@pytest.mark.parametrize("layout", ["partitioned", "flat"])
+@pytest.mark.parametrize("layout", ["partitioned", "flat", "flat, wall-clock times"])
 def test_the_day_states_equal_the_narrow_pass_over_every_row(
     spark: SparkSession,
     partitioned: Path,
@@ -136,9 +140,10 @@ def test_the_day_states_equal_the_narrow_pass_over_every_row(
     layout: str,
 ) -> None:
     root = partitioned
-    if layout == "flat":  # no date partitions: nulls are on no day, every file is read
+    if layout != "partitioned":  # no date partitions: nulls are on no day, every file is read
         root = tmp_path / "flat"
-        _dataset(root, [(n.replace("date=", "d"), *rest) for n, *rest in PARTITIONED])
+        flat = [(n.replace("date=", "d"), *rest) for n, *rest in PARTITIONED]
+        _dataset(root, flat, wall_clock=layout.endswith("wall-clock times"))
     config = _config(root, tmp_path)
     days = [START, dt.date(2026, 3, 2), END]
     with_footers = day_inputs(spark, config, "v1", days, [])
