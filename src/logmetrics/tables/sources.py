@@ -190,18 +190,25 @@ def load_raw_served_logs(
 def data_files(
     root: str, partition: str | None, lo: dt.date | None = None, hi: dt.date | None = None
 ) -> Iterator[tuple[str, dt.date | None]]:
-    """The data files below a local `root` that Spark reads (hidden and `_` names skipped),
-    each with its date partition's date; partitions outside lo..hi are pruned."""
+    """The data files below a local `root` that Spark reads (Spark's rule: names starting with
+    `.`, or with `_` unless they hold `=`, and `._COPYING_` ones skipped), each with its date
+    partition's date; partitions outside lo..hi are pruned."""
     for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+        dirs[:] = sorted(d for d in dirs if _read_by_spark(d))
         day = None
         if partition is not None:
             day = partition_dir_date(os.path.relpath(folder, root), partition)
             if day is not None and lo is not None and hi is not None and not lo <= day <= hi:
                 dirs[:] = []
                 continue
-        for name in sorted(n for n in names if not n.startswith((".", "_"))):
+        for name in sorted(n for n in names if _read_by_spark(n)):
             yield os.path.join(folder, name), day
+
+
+def _read_by_spark(name: str) -> bool:
+    """Whether Spark's file listing keeps a file or directory of this name."""
+    hidden = name.startswith(".") or (name.startswith("_") and "=" not in name)
+    return not hidden and not name.endswith("._COPYING_")
 
 
 def file_key(path: str) -> str:
@@ -303,7 +310,7 @@ def clusters_state(spark: SparkSession, source: ClustersInput, clusters: Cluster
     entries = []
     for root, dirs, names in os.walk(local):
         dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-        for name in sorted(n for n in names if not n.startswith((".", "_"))):
+        for name in sorted(n for n in names if _read_by_spark(n)):
             info = os.stat(os.path.join(root, name))
             relative = os.path.relpath(os.path.join(root, name), local)
             entries.append(f"{relative}:{info.st_size}:{info.st_mtime_ns}")
