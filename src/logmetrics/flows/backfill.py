@@ -27,7 +27,7 @@ from logmetrics.flows.calibration import (
     publish_calibration,
     warn_uncalibrated,
 )
-from logmetrics.flows.chunk import Chunk, Computed, DayResult
+from logmetrics.flows.chunk import Chunk, DayResult, Writing
 from logmetrics.flows.history import PublishedDaily, published_before
 from logmetrics.flows.inputs import DayInputs, day_inputs
 from logmetrics.flows.keys import HashCollision, start_cluster_keys
@@ -235,14 +235,14 @@ def _compute_days(
         # A chunk's tables are written while the next chunk is computed (its main pass keeps
         # both cores busy while the commits wait on the driver); the writes of two chunks never
         # overlap, and each chunk's `published` ledger rows follow its own commits.
-        pending: tuple[Computed, float] | None = None
+        pending: tuple[Writing, float] | None = None
 
-        def write_pending() -> None:
+        def finish_pending() -> None:
             nonlocal pending
             if pending is not None:
-                computed, chunk_began = pending
+                writing, chunk_began = pending
                 pending = None
-                days = computed.write()
+                days = writing.finish()
                 summary.days.extend(days)
                 _log_progress(summary, days, len(dates), chunk_began, began)
 
@@ -271,11 +271,11 @@ def _compute_days(
                         log.warning("hash collision in the cluster table with salt %d", keys.salt)
                         keys.df.unpersist()
                         keys = start_cluster_keys(clusters.df, keys.salt + 1, side)
-                write_pending()
-                pending = (computed, chunk_began)
+                finish_pending()
+                pending = (computed.start_writes(), chunk_began)
         finally:
             try:
-                write_pending()  # the last chunk, or the one computed before a chunk that failed
+                finish_pending()  # the last chunk, or the one written while a later one failed
             finally:
                 keys.df.unpersist()
 

@@ -5,9 +5,11 @@
          -> the days that may be published: by query, daily distributions, k-sweep,
             redundancy cost, crowding (all traffic and segments) and their alerts
 
-`Chunk.compute` runs the pass and builds every table's rows, nothing written; `Computed.write`
-commits them side by side and then appends the days' `published` / `held` ledger rows. The
-rules are in `rules` and `quality`; the tables in `tables`.
+`Chunk.compute` runs the pass and builds every table's rows, nothing written;
+`Computed.start_writes` submits their commits, side by side, and returns (the backfill computes
+the next chunk meanwhile); `Writing.finish` waits for them and then appends the days'
+`published` / `held` ledger rows. The rules are in `rules` and `quality`; the tables in
+`tables`.
 """
 
 from __future__ import annotations
@@ -332,25 +334,49 @@ class Computed:
     facts: pd.DataFrame
     day_verdicts: Sequence[DayVerdict]
 
-    def write(self) -> list[DayResult]:
-        """Every table's commit runs side by side with the others; the `published` ledger rows
-        are appended once all of them (and the run's `started` rows) have committed."""
+    def start_writes(self) -> Writing:
+        """Submit every table's commit to the side steps, side by side with the others, and
+        return at once: the main thread computes the next chunk meanwhile."""
         chunk = self.chunk
         writes: list[Future[None]] = []
         try:
-            writes += [
-                chunk.side.submit(f"write {table.name}", chunk._write, df, table, dates)
-                for df, table, dates in self.tables
-            ]
-            wait_all([*writes, chunk.started])
+            for df, table, dates in self.tables:
+                writes.append(
+                    chunk.side.submit(f"write {table.name}", chunk._write, df, table, dates)
+                )
+        except BaseException:  # none is left running: the rows they read are dropped
+            wait(writes)
+            self.release()
+            raise
+        return Writing(self, writes)
+
+    def release(self) -> None:
+        """Drop the chunk's persisted rows (once nothing reads them)."""
+        self.requests_df.unpersist()
+        self.chunk_keys.unpersist()
+
+
+@dataclass(frozen=True)
+class Writing:
+    """A computed chunk whose table writes are running (`Computed.start_writes`)."""
+
+    computed: Computed
+    writes: list[Future[None]]
+
+    def finish(self) -> list[DayResult]:
+        """Wait for the chunk's commits (and the run's `started` rows), then announce its
+        alerts and append its `published` ledger rows: they follow all of its commits."""
+        computed = self.computed
+        chunk = computed.chunk
+        try:
+            wait_all([*self.writes, chunk.started])
         finally:
-            wait(writes)  # no write still reads the cached requests
-            self.requests_df.unpersist()
-            self.chunk_keys.unpersist()
-        if self.publish:
+            wait(self.writes)  # no write still reads the cached requests
+            computed.release()
+        if computed.publish:
             announce(
-                self.alerts,
-                culprit_rows(chunk.spark, chunk.config, self.alerts, chunk.daily.rows()),
+                computed.alerts,
+                culprit_rows(chunk.spark, chunk.config, computed.alerts, chunk.daily.rows()),
             )
         counts = {
             r.metric_date: {
@@ -358,7 +384,7 @@ class Computed:
                 "queries": int(r.queries),
                 "results": int(r.valid_entries),
             }
-            for r in self.facts.itertuples()
+            for r in computed.facts.itertuples()
         }
         with chunk.phases.timed("ledger published"):
             ledger.record(
@@ -366,7 +392,7 @@ class Computed:
                 chunk.config,
                 chunk.stamp,
                 [
-                    (d, ledger.PUBLISHED if d in self.publish else ledger.HELD, counts[d])
+                    (d, ledger.PUBLISHED if d in computed.publish else ledger.HELD, counts[d])
                     for d in chunk.dates
                 ],
                 chunk.inputs,
@@ -375,7 +401,10 @@ class Computed:
             )
         return [
             DayResult(
-                v.metric_date, counts[v.metric_date]["queries"], v.metric_date in self.publish, v
+                v.metric_date,
+                counts[v.metric_date]["queries"],
+                v.metric_date in computed.publish,
+                v,
             )
-            for v in self.day_verdicts
+            for v in computed.day_verdicts
         ]
