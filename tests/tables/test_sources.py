@@ -16,7 +16,12 @@ from pyspark.testing import assertDataFrameEqual
 from logmetrics.config import ClustersInput, ServedLogsInput
 from logmetrics.errors import InputError
 from logmetrics.schemas import CLUSTERS, SERVED_LOGS
-from logmetrics.tables.sources import read_clusters, read_served_logs
+from logmetrics.tables.sources import (
+    ClusterSnapshot,
+    clusters_state,
+    read_clusters,
+    read_served_logs,
+)
 
 DAY = dt.date(2026, 2, 1)
 ROWS = [
@@ -191,3 +196,27 @@ def test_missing_paths_and_non_delta_cluster_table(spark: SparkSession, tmp_path
     parquet = read_clusters(spark, ClustersInput(path=str(tmp_path / "clusters"), format="parquet"))
     assert parquet.version is None
     assert parquet.df.collect()[0].asDict() == {"chunk_id": "a", "cluster_id": "A"}
+
+
+def test_a_parquet_cluster_table_state_follows_the_files_spark_reads(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The state changes with a file Spark reads (also below a `_`-named partition holding
+    `=`, which Spark lists) and not with one it skips (`_SUCCESS`, `.crc`, `_temporary/`)."""
+    root = tmp_path / "clusters"
+    table = pa.table({"chunk_id": ["a", "b"], "cluster_id": ["x", "x"]})
+    for part in ("_shard=0", "_shard=1"):
+        (root / part).mkdir(parents=True)
+        pq.write_table(table, root / part / "part-0.parquet")
+    source = ClustersInput(path=str(root), format="parquet")
+
+    def state() -> str:
+        return clusters_state(spark, source, ClusterSnapshot(df=spark.range(0), version=None))
+
+    before = state()
+    for skipped in ("_SUCCESS", ".part-0.parquet.crc", "_temporary/0/part-9.parquet"):
+        (root / skipped).parent.mkdir(parents=True, exist_ok=True)
+        (root / skipped).write_text("not data")
+        assert state() == before, skipped
+    pq.write_table(table.slice(0, 1), root / "_shard=1" / "part-0.parquet")
+    assert state() != before

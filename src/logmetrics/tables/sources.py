@@ -308,12 +308,9 @@ def clusters_state(spark: SparkSession, source: ClustersInput, clusters: Cluster
         files = sorted(spark.read.format(source.format).load(source.path).inputFiles())
         return hashlib.sha256("\n".join(files).encode()).hexdigest()
     entries = []
-    for root, dirs, names in os.walk(local):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-        for name in sorted(n for n in names if _read_by_spark(n)):
-            info = os.stat(os.path.join(root, name))
-            relative = os.path.relpath(os.path.join(root, name), local)
-            entries.append(f"{relative}:{info.st_size}:{info.st_mtime_ns}")
+    for path, _ in data_files(local, None):  # the files Spark reads, in listing order
+        info = os.stat(path)
+        entries.append(f"{os.path.relpath(path, local)}:{info.st_size}:{info.st_mtime_ns}")
     return hashlib.sha256("\n".join(entries).encode()).hexdigest()
 
 
