@@ -33,8 +33,9 @@ test: install
 	$(BIN)/python -m pytest $(XDIST) -m "not platform" --durations=30
 
 # Not part of `make test` (.ci/run runs it after). First, in .venv: the tests that compare
-# outputs with the pure-Python reference (marked `reference`) once more on plain Spark, and the
-# catalog tables on a real Hive metastore (marked `platform`). Then the Spark 4.0 line
+# outputs with the pure-Python reference (marked `reference`) once more on plain Spark with
+# code generation on (`make test` runs interpreted: tests/conftest.py), and the catalog tables
+# on a real Hive metastore (marked `platform`). Then the Spark 4.0 line
 # (pyspark 4.0.1 + delta-spark 4.0.1, what Databricks 17.3 LTS runs): .venv-compat holds the
 # wheel with its `local` extra pinned by constraints-spark40.txt (Comet has no Spark 4.0 build:
 # plain Spark there), and runs the tests that compare every published table with the
@@ -55,7 +56,7 @@ $(COMPAT_STAMP): pyproject.toml constraints-spark40.txt
 	@touch $(COMPAT_STAMP)
 
 test-compat: wheel $(COMPAT_STAMP)
-	LOGMETRICS_TEST_ACCELERATOR=none $(BIN)/python -m pytest $(XDIST) \
+	LOGMETRICS_TEST_ACCELERATOR=none LOGMETRICS_TEST_CODEGEN=on $(BIN)/python -m pytest $(XDIST) \
 		-m "reference or platform" $(REFERENCE_TESTS) tests/test_hive_metastore.py
 	$(COMPAT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
 		--force-reinstall dist/logmetrics-*.whl

@@ -48,9 +48,12 @@ def _config(data: Path, warehouse: Path, **sections: str) -> Path:
         "metrics: {ks: [5, 10]}\n"
         "backfill: {days_per_chunk: 2}\n"
         "quality: {max_malformed_rate: 0.05, on_failure: warn}\n"
-        # The runs under test are a few seconds of work each: a JVM for short runs, one task.
+        # The runs under test are a few seconds of work each: a JVM for short runs, one task,
+        # no generated code (as the suite's session: tests/conftest.py, INTERPRETED).
         "spark: {master: 'local[1]', driver_memory: 1g, profile: short,\n"
-        "        conf: {spark.sql.shuffle.partitions: '1', spark.default.parallelism: '1'}}\n"
+        "        conf: {spark.sql.shuffle.partitions: '1', spark.default.parallelism: '1',\n"
+        "               spark.sql.codegen.wholeStage: 'false',\n"
+        "               spark.sql.codegen.factoryMode: NO_CODEGEN}}\n"
     )
     text += "".join(f"{key}: {value}\n" for key, value in sections.items())
     path.write_text(text)
