@@ -72,19 +72,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 LONGEST_FIRST = (
     "test_wheel.py",  # make test-compat: a Spark 4.0 venv
     "test_hive_metastore.py",  # make test-compat: four JVMs one after another
-    "test_end_to_end.py",  # 510 s
-    "test_orchestration.py",  # 426 s
-    "test_living_inputs.py",  # 300 s
-    "test_evaluation.py",  # 140 s
-    "test_properties.py",  # 132 s
-    "test_hostile.py",  # 132 s
-    "test_reliability.py",  # 115 s
-    "test_report.py",  # 114 s
-    "test_alerts_end_to_end.py",  # 99 s
-    "test_gate_policy.py",  # 97 s
-    "test_security.py",  # 69 s
-    "test_cli_process.py",  # 60 s
-    "test_per_request.py",  # 29 s
+    "test_orchestration.py",  # 656 s
+    "test_end_to_end.py",  # 440 s
+    "test_living_inputs.py",  # 361 s
+    "test_hostile.py",  # 126 s
+    "test_alerts_end_to_end.py",  # 112 s
+    "test_properties.py",  # 106 s
+    "test_reliability.py",  # 98 s
+    "test_gate_policy.py",  # 88 s
+    "test_evaluation.py",  # 83 s
+    "test_report.py",  # 51 s
+    "test_cli_process.py",  # 44 s
+    "test_per_request.py",  # 20 s
 )
 
 
