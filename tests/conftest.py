@@ -45,9 +45,9 @@ if os.environ.get("LOGMETRICS_TEST_CODEGEN", "off") != "on":
     TEST_CONF.update(INTERPRETED)
 
 
-# The suite's session runs on logmetrics' default engine (Comet where it loads); `make test`
-# runs the reference-equality modules once more with LOGMETRICS_TEST_ACCELERATOR=none, so that
-# the outputs are checked with and without Comet.
+# The suite's session runs on logmetrics' default engine (Comet where it loads); `make
+# test-compat` runs the reference-equality modules once more with LOGMETRICS_TEST_ACCELERATOR=none
+# (and LOGMETRICS_TEST_CODEGEN=on), so that the outputs are checked with and without Comet.
 ACCELERATOR = os.environ.get("LOGMETRICS_TEST_ACCELERATOR", "comet")
 
 
