@@ -10,13 +10,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from logmetrics.config import SparkConfig
-from logmetrics.session import local_conf, resolve_lock
+from logmetrics.session import PROFILES, local_conf, resolve_lock
 
 # Measured on a 2-core machine: one shuffle partition makes the suite about 2.4x faster than
-# Spark's defaults. The session lives for a whole xdist worker (minutes), long enough for the
-# optimising JIT to pay off: a 3-day in-process backfill in steady state took 21 s with it
-# against 28 s with C1 only (-XX:TieredStopAtLevel=1, still right for short-lived processes).
-# Two task threads let a chunk's concurrent Delta writes overlap.
+# Spark's defaults. Two task threads let a chunk's concurrent Delta writes overlap.
 TEST_CONF = {
     "spark.sql.shuffle.partitions": "1",
     "spark.default.parallelism": "1",
@@ -31,6 +28,18 @@ TEST_CONF = {
     "spark.databricks.delta.writeChecksumFile.enabled": "false",
     "spark.databricks.delta.stats.collect": "false",
 }
+
+# The JIT compilers, under `make test`: three xdist worker JVMs on 2 cores keep every core busy
+# (vmstat: 0% idle for the whole run), and 15 minutes in, the compiler threads had taken 29-33%
+# of each worker JVM's CPU (C2 about 24%, C1 the rest). The quick compiler alone (the `short`
+# profile's options: -XX:TieredStopAtLevel=1), as under xdist below: seven modules (hostile,
+# reliability, gate_policy, alerts_end_to_end, evaluation, report, cli_process) on three
+# workers in 471 and 495 s against 580 and 586 s with the tiered default (2 alternating rounds,
+# 2026-12-02, platform floor 19 s that hour: 0.83). A single process
+# (`make test-fast`) keeps the tiered default: there C2 compiles on the core its one task
+# leaves free, and a warm backfill ran 5-25% faster with it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    TEST_CONF["spark.driver.extraJavaOptions"] = PROFILES["short"]["spark.driver.extraJavaOptions"]
 
 # Test-only: the suite's inputs are a few hundred rows, on which compiling generated code
 # (whole-stage and each expression's) costs more than it saves: a warm 4-day in-process backfill
