@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from class_archive import OPTIONS as CLASS_ARCHIVE
 from logmetrics.config import SparkConfig
 from logmetrics.session import PROFILES, local_conf, resolve_lock
 
@@ -41,6 +42,10 @@ TEST_CONF = {
 # leaves free, and a warm backfill ran 5-25% faster with it.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     TEST_CONF["spark.driver.extraJavaOptions"] = PROFILES["short"]["spark.driver.extraJavaOptions"]
+
+# The classes every JVM of the suite loads, from the archive `make test` builds once
+# (tests/class_archive.py); without it (a bare `pytest`), the JVM reads them from the jars.
+TEST_CONF["spark.driver.extraJavaOptions"] += f" {CLASS_ARCHIVE}"
 
 # Test-only: the suite's inputs are a few hundred rows, on which compiling generated code
 # (whole-stage and each expression's) costs more than it saves: a warm 4-day in-process backfill

@@ -19,7 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from class_archive import OPTIONS as CLASS_ARCHIVE
 from logmetrics.cli import main
+from logmetrics.session import PROFILES
 from logmetrics.synthetic import generate
 
 pytestmark = pytest.mark.slow
@@ -29,6 +31,9 @@ DAYS = 4  # two chunks of two days: a kill can land in the first, and days remai
 END = START + dt.timedelta(days=DAYS - 1)
 VOLATILE = {"run_id", "computed_at", "checked_at", "quarantined_at", "details"}
 TABLES = ("unique_clusters_by_query", "unique_clusters_daily", "data_quality", "quarantine")
+# The backfill processes the tests start: the short profile's JVM, with the suite's classes
+# mapped from its archive (tests/class_archive.py).
+JAVA_OPTIONS = f"{PROFILES['short']['spark.driver.extraJavaOptions']} {CLASS_ARCHIVE}"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +57,7 @@ def _config(data: Path, warehouse: Path, **sections: str) -> Path:
         # no generated code (as the suite's session: tests/conftest.py, INTERPRETED).
         "spark: {master: 'local[1]', driver_memory: 1g, profile: short,\n"
         "        conf: {spark.sql.shuffle.partitions: '1', spark.default.parallelism: '1',\n"
+        f"               spark.driver.extraJavaOptions: '{JAVA_OPTIONS}',\n"
         "               spark.sql.codegen.wholeStage: 'false',\n"
         "               spark.sql.codegen.factoryMode: NO_CODEGEN}}\n"
     )
