@@ -73,7 +73,7 @@ test-compat: wheel $(COMPAT_STAMP)
 	$(COMPAT_VENV)/bin/python -m pytest $(XDIST) -p no:cacheprovider --durations=15 \
 		--run-wheel tests/test_wheel.py tests/test_session.py $(REFERENCE_TESTS)
 
-test-fast: install $(CLASS_ARCHIVE)
+test-fast: install
 	$(BIN)/python -m pytest -m "not slow"
 
 # The performance benchmark (benchmarks/README.md), not part of `make test`: logmetrics (Comet on,
