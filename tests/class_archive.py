@@ -2,7 +2,7 @@
 a backfill loads (Spark, Delta, Comet, Hadoop, Scala: about 16,000), parsed and verified once
 and mapped into every JVM the suite starts, instead of read from their jars again by each.
 
-`make test` and `make test-fast` build it once per .venv (`python tests/class_archive.py`: a
+`make test` builds it once per .venv (`python tests/class_archive.py`: a
 2-day backfill in a JVM that writes the archive as it exits, about a minute); the suite's own
 session (tests/conftest.py) and the backfill processes tests start (test_orchestration.py)
 start with `OPTIONS`. A JVM that cannot use the archive (missing, or built for other jars or
