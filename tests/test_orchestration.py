@@ -17,9 +17,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from pyspark.sql import SparkSession
 
 from class_archive import OPTIONS as CLASS_ARCHIVE
+from conftest import ACCELERATOR, TEST_CONF
 from logmetrics.cli import main
 from logmetrics.session import PROFILES
 from logmetrics.synthetic import generate
@@ -43,26 +45,30 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _config(data: Path, warehouse: Path, **sections: str) -> Path:
+def _config(data: Path, warehouse: Path) -> Path:
+    """The backfills' config, as YAML beside the warehouse. Their engine and Spark settings are
+    the suite session's (tests/conftest.py: ACCELERATOR, TEST_CONF: one task, no generated code,
+    no Delta checksum or file statistics) with a JVM for short runs (JAVA_OPTIONS): a process
+    the tests start runs as the in-process backfills do, a few seconds of work each."""
     path = warehouse.parent / f"{warehouse.name}.yaml"
-    text = (
-        "inputs:\n"
-        f"  served_logs: {{path: '{data / 'served_logs'}'}}\n"
-        f"  clusters: {{path: '{data / 'clusters_parquet'}', format: parquet}}\n"
-        f"output: {{warehouse: '{warehouse}'}}\n"
-        "metrics: {ks: [5, 10]}\n"
-        "backfill: {days_per_chunk: 2}\n"
-        "quality: {max_malformed_rate: 0.05, on_failure: warn}\n"
-        # The runs under test are a few seconds of work each: a JVM for short runs, one task,
-        # no generated code (as the suite's session: tests/conftest.py, INTERPRETED).
-        "spark: {master: 'local[1]', driver_memory: 1g, profile: short,\n"
-        "        conf: {spark.sql.shuffle.partitions: '1', spark.default.parallelism: '1',\n"
-        f"               spark.driver.extraJavaOptions: '{JAVA_OPTIONS}',\n"
-        "               spark.sql.codegen.wholeStage: 'false',\n"
-        "               spark.sql.codegen.factoryMode: NO_CODEGEN}}\n"
-    )
-    text += "".join(f"{key}: {value}\n" for key, value in sections.items())
-    path.write_text(text)
+    config = {
+        "inputs": {
+            "served_logs": {"path": str(data / "served_logs")},
+            "clusters": {"path": str(data / "clusters_parquet"), "format": "parquet"},
+        },
+        "output": {"warehouse": str(warehouse)},
+        "metrics": {"ks": [5, 10]},
+        "backfill": {"days_per_chunk": 2},
+        "quality": {"max_malformed_rate": 0.05, "on_failure": "warn"},
+        "spark": {
+            "master": "local[1]",
+            "driver_memory": "1g",
+            "profile": "short",
+            "accelerator": ACCELERATOR,
+            "conf": {**TEST_CONF, "spark.driver.extraJavaOptions": JAVA_OPTIONS},
+        },
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
 
