@@ -33,7 +33,7 @@ XDIST := -n 3 --dist loadfile --no-loadscope-reorder
 # mapped by every JVM the tests start, which no longer read and verify Spark's classes from the
 # jars. If it cannot be built, the tests run without it, slower.
 CLASS_ARCHIVE := $(VENV)/logmetrics-classes.jsa
-$(CLASS_ARCHIVE): $(STAMP) tests/class_archive.py
+$(CLASS_ARCHIVE): $(STAMP) tests/class_archive.py tests/suite_session.py
 	@echo "the suite's class archive, once per .venv (about a minute): $@"
 	@$(BIN)/python tests/class_archive.py $@ > $(VENV)/class-archive.log 2>&1 \
 		|| { tail -5 $(VENV)/class-archive.log; echo "no class archive: the tests run without it"; }
@@ -43,7 +43,7 @@ test: install $(CLASS_ARCHIVE)
 
 # Not part of `make test` (.ci/run runs it after). First, in .venv: the tests that compare
 # outputs with the pure-Python reference (marked `reference`) once more on plain Spark with
-# code generation on (`make test` runs interpreted: tests/conftest.py), and the catalog tables
+# code generation on (`make test` runs interpreted: tests/suite_session.py), and the catalog tables
 # on a real Hive metastore (marked `platform`). Then the Spark 4.0 line
 # (pyspark 4.0.1 + delta-spark 4.0.1, what Databricks 17.3 LTS runs): .venv-compat holds the
 # wheel with its `local` extra pinned by constraints-spark40.txt (Comet has no Spark 4.0 build:

@@ -39,11 +39,11 @@ def build(out: Path) -> None:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from conftest import TEST_CONF  # the session the suite starts, with the same Java options
     from logmetrics.cli import main
     from logmetrics.config import SparkConfig
     from logmetrics.session import local_conf, resolve_lock
     from logmetrics.synthetic import generate
+    from suite_session import TEST_CONF  # the suite's session, with the same Java options
 
     partial = out.with_name(out.name + ".partial")
     partial.unlink(missing_ok=True)

@@ -1,4 +1,5 @@
-"""One local SparkSession for the whole suite, tuned for speed on 2 cores, never stopped."""
+"""One local SparkSession for the whole suite, never stopped (its settings, tuned for speed on
+2 cores: tests/suite_session.py); the modules' order and the tests that need an option."""
 
 from __future__ import annotations
 
@@ -9,61 +10,9 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from class_archive import OPTIONS as CLASS_ARCHIVE
 from logmetrics.config import SparkConfig
-from logmetrics.session import PROFILES, local_conf, resolve_lock
-
-# Measured on a 2-core machine: one shuffle partition makes the suite about 2.4x faster than
-# Spark's defaults. Two task threads let a chunk's concurrent Delta writes overlap.
-TEST_CONF = {
-    "spark.sql.shuffle.partitions": "1",
-    "spark.default.parallelism": "1",
-    "spark.sql.adaptive.enabled": "false",
-    "spark.databricks.delta.snapshotPartitions": "1",
-    "spark.sql.catalogImplementation": "in-memory",
-    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC -XX:+UseSerialGC",
-    "spark.rdd.compress": "false",
-    "spark.shuffle.compress": "false",
-    # Test-only: no checksum file and no per-file statistics at each Delta commit (the suite's
-    # tables are a few rows; measured 4% off the two end-to-end modules, 2 alternating rounds).
-    "spark.databricks.delta.writeChecksumFile.enabled": "false",
-    "spark.databricks.delta.stats.collect": "false",
-}
-
-# The JIT compilers, under `make test`: three xdist worker JVMs on 2 cores keep every core busy
-# (vmstat: 0% idle for the whole run), and 15 minutes in, the compiler threads had taken 29-33%
-# of each worker JVM's CPU (C2 about 24%, C1 the rest). The quick compiler alone (the `short`
-# profile's options: -XX:TieredStopAtLevel=1), as under xdist below: seven modules (hostile,
-# reliability, gate_policy, alerts_end_to_end, evaluation, report, cli_process) on three
-# workers in 471 and 495 s against 580 and 586 s with the tiered default (2 alternating rounds,
-# 2026-12-02, platform floor 19 s that hour: 0.83); the whole suite 20:29 against 22:44 (0.90,
-# one pair, the same afternoon). A single process
-# (`make test-fast`) keeps the tiered default: there C2 compiles on the core its one task
-# leaves free, and a warm backfill ran 5-25% faster with it.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    TEST_CONF["spark.driver.extraJavaOptions"] = PROFILES["short"]["spark.driver.extraJavaOptions"]
-
-# The classes every JVM of the suite loads, from the archive `make test` builds once
-# (tests/class_archive.py); without it (a bare `pytest`), the JVM reads them from the jars.
-TEST_CONF["spark.driver.extraJavaOptions"] += f" {CLASS_ARCHIVE}"
-
-# Test-only: the suite's inputs are a few hundred rows, on which compiling generated code
-# (whole-stage and each expression's) costs more than it saves: a warm 4-day in-process backfill
-# took 13-16 s interpreted against 16-18 s compiled, with 22% less JVM CPU (2 alternating rounds,
-# 2026-12-02). The results are Spark's either way; `make test-compat` runs the reference tests
-# again with code generation on (LOGMETRICS_TEST_CODEGEN=on), the engine's production path.
-INTERPRETED = {
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-}
-if os.environ.get("LOGMETRICS_TEST_CODEGEN", "off") != "on":
-    TEST_CONF.update(INTERPRETED)
-
-
-# The suite's session runs on logmetrics' default engine (Comet where it loads); `make
-# test-compat` runs the reference-equality modules once more with LOGMETRICS_TEST_ACCELERATOR=none
-# (and LOGMETRICS_TEST_CODEGEN=on), so that the outputs are checked with and without Comet.
-ACCELERATOR = os.environ.get("LOGMETRICS_TEST_ACCELERATOR", "comet")
+from logmetrics.session import local_conf, resolve_lock
+from suite_session import ACCELERATOR, TEST_CONF
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

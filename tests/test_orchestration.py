@@ -21,10 +21,10 @@ import yaml
 from pyspark.sql import SparkSession
 
 from class_archive import OPTIONS as CLASS_ARCHIVE
-from conftest import ACCELERATOR, TEST_CONF
 from logmetrics.cli import main
 from logmetrics.session import PROFILES
 from logmetrics.synthetic import generate
+from suite_session import ACCELERATOR, TEST_CONF
 
 pytestmark = pytest.mark.slow
 
@@ -47,9 +47,9 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _config(data: Path, warehouse: Path) -> Path:
     """The backfills' config, as YAML beside the warehouse. Their engine and Spark settings are
-    the suite session's (tests/conftest.py: ACCELERATOR, TEST_CONF: one task, no generated code,
-    no Delta checksum or file statistics) with a JVM for short runs (JAVA_OPTIONS): a process
-    the tests start runs as the in-process backfills do, a few seconds of work each."""
+    the suite session's (tests/suite_session.py: one task, no generated code, no Delta checksum
+    or file statistics) with a JVM for short runs (JAVA_OPTIONS): a process the tests start
+    runs as the in-process backfills do, a few seconds of work each."""
     path = warehouse.parent / f"{warehouse.name}.yaml"
     config = {
         "inputs": {

@@ -43,7 +43,7 @@ QUIET, REGRESSED = DAYS[3], DAYS[4]
 MARKER = "_SUCCESS"
 # The sensor's wait in these runs: a poke a second (dag.test() checks for due tasks every second).
 FAST_POKES = {"ready_poke_interval_seconds": 1, "ready_timeout_seconds": 300}
-# Local Spark under spark-submit, tuned like the test suite's session (tests/conftest.py).
+# Local Spark under spark-submit, tuned like the test suite's session (tests/suite_session.py).
 FAST_SPARK = {
     "spark.sql.shuffle.partitions": "1",
     "spark.default.parallelism": "1",
