@@ -40,7 +40,10 @@ def read_delta_path(spark: SparkSession, path: str) -> DataFrame | None:
     return df
 
 
-_NOT_A_DELTA_TABLE = re.compile(r"DELTA_MISSING_DELTA_TABLE|PATH_NOT_FOUND|is not a Delta table")
+# DELTA_TABLE_NOT_FOUND: a `_delta_log` without a commit yet, while another run creates the table.
+_NOT_A_DELTA_TABLE = re.compile(
+    r"DELTA_MISSING_DELTA_TABLE|DELTA_TABLE_NOT_FOUND|PATH_NOT_FOUND|is not a Delta table"
+)
 
 
 def local_path(path: str) -> str | None:
