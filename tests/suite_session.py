@@ -32,9 +32,9 @@ TEST_CONF = {
 # reliability, gate_policy, alerts_end_to_end, evaluation, report, cli_process) on three
 # workers in 471 and 495 s against 580 and 586 s with the tiered default (2 alternating rounds,
 # 2026-12-02, platform floor 19 s that hour: 0.83); the whole suite 20:29 against 22:44 (0.90,
-# one pair, the same afternoon). A single process
-# (`make test-fast`) keeps the tiered default: there C2 compiles on the core its one task
-# leaves free, and a warm backfill ran 5-25% faster with it.
+# one pair, the same afternoon). `make test-fast` runs on two workers, so it too has the quick
+# compiler; a single process (a bare `pytest`) keeps the tiered default: there C2 compiles on
+# the core its one task leaves free, and a warm backfill ran 5-25% faster with it.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     TEST_CONF["spark.driver.extraJavaOptions"] = PROFILES["short"]["spark.driver.extraJavaOptions"]
 
