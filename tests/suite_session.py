@@ -35,12 +35,16 @@ TEST_CONF = {
 # one pair, the same afternoon). `make test-fast` runs on two workers, so it too has the quick
 # compiler; a single process (a bare `pytest`) keeps the tiered default: there C2 compiles on
 # the core its one task leaves free, and a warm backfill ran 5-25% faster with it.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    TEST_CONF["spark.driver.extraJavaOptions"] = PROFILES["short"]["spark.driver.extraJavaOptions"]
-
+#
 # The classes every JVM of the suite loads, from the archive `make test` builds once
 # (tests/class_archive.py); without it (a bare `pytest`), the JVM reads them from the jars.
-TEST_CONF["spark.driver.extraJavaOptions"] += f" {CLASS_ARCHIVE}"
+# SHORT_JVM: the quick compiler with the archive, also the JVM of the backfill processes the
+# orchestration tests start.
+SHORT_JVM = f"{PROFILES['short']['spark.driver.extraJavaOptions']} {CLASS_ARCHIVE}"
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    TEST_CONF["spark.driver.extraJavaOptions"] = SHORT_JVM
+else:
+    TEST_CONF["spark.driver.extraJavaOptions"] += f" {CLASS_ARCHIVE}"
 
 # Test-only: the suite's inputs are a few hundred rows, on which compiling generated code
 # (whole-stage and each expression's) costs more than it saves: a warm 4-day in-process backfill

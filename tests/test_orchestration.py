@@ -20,11 +20,9 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from class_archive import OPTIONS as CLASS_ARCHIVE
 from logmetrics.cli import main
-from logmetrics.session import PROFILES
 from logmetrics.synthetic import generate
-from suite_session import ACCELERATOR, TEST_CONF
+from suite_session import ACCELERATOR, SHORT_JVM, TEST_CONF
 
 pytestmark = pytest.mark.slow
 
@@ -33,9 +31,6 @@ DAYS = 4  # two chunks of two days: a kill can land in the first, and days remai
 END = START + dt.timedelta(days=DAYS - 1)
 VOLATILE = {"run_id", "computed_at", "checked_at", "quarantined_at", "details"}
 TABLES = ("unique_clusters_by_query", "unique_clusters_daily", "data_quality", "quarantine")
-# The backfill processes the tests start: the short profile's JVM, with the suite's classes
-# mapped from its archive (tests/class_archive.py).
-JAVA_OPTIONS = f"{PROFILES['short']['spark.driver.extraJavaOptions']} {CLASS_ARCHIVE}"
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +43,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _config(data: Path, warehouse: Path) -> Path:
     """The backfills' config, as YAML beside the warehouse. Their engine and Spark settings are
     the suite session's (tests/suite_session.py: one task, no generated code, no Delta checksum
-    or file statistics) with a JVM for short runs (JAVA_OPTIONS): a process the tests start
+    or file statistics) with a JVM for short runs (SHORT_JVM): a process the tests start
     runs as the in-process backfills do, a few seconds of work each."""
     path = warehouse.parent / f"{warehouse.name}.yaml"
     config = {
@@ -65,7 +60,7 @@ def _config(data: Path, warehouse: Path) -> Path:
             "driver_memory": "1g",
             "profile": "short",
             "accelerator": ACCELERATOR,
-            "conf": {**TEST_CONF, "spark.driver.extraJavaOptions": JAVA_OPTIONS},
+            "conf": {**TEST_CONF, "spark.driver.extraJavaOptions": SHORT_JVM},
         },
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
