@@ -41,15 +41,15 @@ $(CLASS_ARCHIVE): $(STAMP) tests/class_archive.py tests/suite_session.py
 test: install $(CLASS_ARCHIVE)
 	$(BIN)/python -m pytest $(XDIST) -m "not platform" --durations=30
 
-# Not part of `make test` (.ci/run runs it after). First, in .venv: the tests that compare
-# outputs with the pure-Python reference (marked `reference`) once more on plain Spark with
-# code generation on (`make test` runs interpreted: tests/suite_session.py), and the catalog tables
-# on a real Hive metastore (marked `platform`). Then the Spark 4.0 line
-# (pyspark 4.0.1 + delta-spark 4.0.1, what Databricks 17.3 LTS runs): .venv-compat holds the
-# wheel with its `local` extra pinned by constraints-spark40.txt (Comet has no Spark 4.0 build:
-# plain Spark there), and runs the tests that compare every published table with the
-# pure-Python reference, the Delta pair check, and tests/test_wheel.py: the wheel pip-installed
-# into a venv holding only pyspark 4.0 leaves it as it is, and backfills through spark-submit.
+# Not part of `make test` (.ci/run runs it after). First, in .venv, the catalog tables on a real
+# Hive metastore (marked `platform`). Then the Spark 4.0 line (pyspark 4.0.1 + delta-spark 4.0.1,
+# what Databricks 17.3 LTS runs): .venv-compat holds the wheel with its `local` extra pinned by
+# constraints-spark40.txt and runs, on plain Spark (Comet has no Spark 4.0 build) with generated
+# code on (the engine's production path; `make test` runs interpreted: tests/suite_session.py),
+# the tests that compare every published table with the pure-Python reference, the Delta pair
+# check, and tests/test_wheel.py: the wheel pip-installed into a venv holding only pyspark 4.0
+# leaves it as it is, and backfills through spark-submit. So the reference tests run twice:
+# Comet and interpreted on 4.1 (`make test`), plain Spark and compiled on 4.0 (here).
 COMPAT_VENV  := .venv-compat
 COMPAT_STAMP := $(COMPAT_VENV)/.installed-stamp
 
@@ -65,12 +65,13 @@ $(COMPAT_STAMP): pyproject.toml constraints-spark40.txt
 	@touch $(COMPAT_STAMP)
 
 test-compat: wheel $(COMPAT_STAMP)
-	LOGMETRICS_TEST_ACCELERATOR=none LOGMETRICS_TEST_CODEGEN=on $(BIN)/python -m pytest $(XDIST) \
-		-m "reference or platform" $(REFERENCE_TESTS) tests/test_hive_metastore.py
+	LOGMETRICS_TEST_ACCELERATOR=none $(BIN)/python -m pytest $(XDIST) -m platform \
+		tests/test_hive_metastore.py
 	$(COMPAT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
 		--force-reinstall dist/logmetrics-*.whl
 	$(COMPAT_VENV)/bin/python -m pip check
-	$(COMPAT_VENV)/bin/python -m pytest $(XDIST) -p no:cacheprovider --durations=15 \
+	LOGMETRICS_TEST_ACCELERATOR=none LOGMETRICS_TEST_CODEGEN=on $(COMPAT_VENV)/bin/python -m pytest \
+		$(XDIST) -p no:cacheprovider --durations=15 \
 		--run-wheel tests/test_wheel.py tests/test_session.py $(REFERENCE_TESTS)
 
 # Two workers, a JVM each: 4:21 and 4:25 against 5:58 and 6:36 in one process, three workers

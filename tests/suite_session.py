@@ -50,7 +50,7 @@ else:
 # (whole-stage and each expression's) costs more than it saves: a warm 4-day in-process backfill
 # took 13-16 s interpreted against 16-18 s compiled, with 22% less JVM CPU (2 alternating rounds,
 # 2026-12-02). The results are Spark's either way; `make test-compat` runs the reference tests
-# again with code generation on (LOGMETRICS_TEST_CODEGEN=on), the engine's production path.
+# on Spark 4.0 with code generation on (LOGMETRICS_TEST_CODEGEN=on), the engine's production path.
 INTERPRETED = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
@@ -60,6 +60,7 @@ if os.environ.get("LOGMETRICS_TEST_CODEGEN", "off") != "on":
 
 
 # The suite's session runs on logmetrics' default engine (Comet where it loads); `make
-# test-compat` runs the reference-equality modules once more with LOGMETRICS_TEST_ACCELERATOR=none
-# (and LOGMETRICS_TEST_CODEGEN=on), so that the outputs are checked with and without Comet.
+# test-compat` runs the reference-equality modules once more on Spark 4.0 with
+# LOGMETRICS_TEST_ACCELERATOR=none (and LOGMETRICS_TEST_CODEGEN=on), so that the outputs are
+# checked with and without Comet.
 ACCELERATOR = os.environ.get("LOGMETRICS_TEST_ACCELERATOR", "comet")
