@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,15 +19,32 @@ pytestmark = pytest.mark.slow
 START = dt.date(2026, 4, 1)
 
 
-def _logmetrics(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _logmetrics(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "logmetrics.cli", *args],
         cwd=cwd,
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
+
+
+def _path_with_a_foreign_python3(tmp_path: Path) -> dict[str, str]:
+    """The environment with a `python3` first on PATH that is not this Python (it cannot even
+    start) and no PYSPARK_PYTHON: local Spark's Python workers must not depend on PATH."""
+    foreign = tmp_path / "foreign-bin"
+    foreign.mkdir()
+    (foreign / "python3").write_text(
+        "#!/bin/sh\necho 'not the Python logmetrics runs' >&2\nexit 3\n"
+    )
+    (foreign / "python3").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env["PATH"] = f"{foreign}{os.pathsep}{env.get('PATH', '')}"
+    return env
 
 
 def test_backfill_in_a_fresh_process_then_a_missing_column(tmp_path: Path) -> None:
@@ -48,6 +66,7 @@ def test_backfill_in_a_fresh_process_then_a_missing_column(tmp_path: Path) -> No
         "--end",
         "2026-04-02",
         cwd=tmp_path,
+        env=_path_with_a_foreign_python3(tmp_path),
     )
     assert ok.returncode == 0, ok.stderr
     assert "2/2 days done" in ok.stderr

@@ -31,6 +31,7 @@ from logmetrics.session import (
     delta_package,
     installed_delta_package,
     local_conf,
+    python_workers,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -284,10 +285,10 @@ class _Started(Exception):
     """Raised by the stand-in builder: the local JVM would start here."""
 
 
-def test_the_local_jvm_starts_with_two_malloc_arenas_unless_set(
+def test_local_spark_starts_with_two_malloc_arenas_and_this_python_unless_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    seen: list[str | None] = []
+    seen: list[tuple[str | None, str | None]] = []
 
     class Builder:
         def appName(self, _: str) -> Builder:
@@ -297,7 +298,7 @@ def test_the_local_jvm_starts_with_two_malloc_arenas_unless_set(
             return self
 
         def getOrCreate(self) -> None:
-            seen.append(os.environ.get("MALLOC_ARENA_MAX"))
+            seen.append((os.environ.get("MALLOC_ARENA_MAX"), os.environ.get("PYSPARK_PYTHON")))
             raise _Started
 
     class Session:
@@ -311,9 +312,20 @@ def test_the_local_jvm_starts_with_two_malloc_arenas_unless_set(
     monkeypatch.setattr(session, "is_managed_environment", lambda: False)
     monkeypatch.delenv("SPARK_REMOTE", raising=False)
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     with pytest.raises(_Started):
         session.get_spark(SparkConfig(accelerator="none"))
-    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # the user's choice stands
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # the user's choices stand
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/python/bin/python3")
     with pytest.raises(_Started):
         session.get_spark(SparkConfig(accelerator="none"))
-    assert seen == ["2", "4"]
+    assert seen == [("2", sys.executable), ("4", "/opt/python/bin/python3")]
+
+
+def test_local_sparks_python_workers_run_this_python_a_clusters_are_left_alone() -> None:
+    """PySpark would start them with `python3` from PATH (tests/test_cli_process.py puts one
+    there that cannot start)."""
+    assert python_workers("local[2]") == {"PYSPARK_PYTHON": sys.executable}
+    assert python_workers("local") == {"PYSPARK_PYTHON": sys.executable}
+    assert python_workers("spark://host:7077") == {}
+    assert python_workers("yarn") == {}

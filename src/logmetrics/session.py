@@ -318,8 +318,8 @@ def get_spark(
     delta = installed_delta_package()
     packages = f"{delta} and {COMET_PACKAGE}" if comet else delta
     log.info("starting local Spark (%s) with %s", redact_url(settings.master), packages)
-    for name, value in LOCAL_JVM_ENVIRONMENT.items():
-        os.environ.setdefault(name, value)  # the JVM PySpark launches inherits it
+    for name, value in {**LOCAL_JVM_ENVIRONMENT, **python_workers(settings.master)}.items():
+        os.environ.setdefault(name, value)  # read as Spark starts; its JVM inherits them
     with _jvm_output_to(settings.log_dir) as log_file, resolve_lock():
         try:
             spark = builder.getOrCreate()
@@ -339,6 +339,16 @@ memory freed in one arena is not reused by another: the process grows beyond wha
 Comet account for. Two arenas, measured on the 90-day benchmark with Comet: peak PSS of the
 process tree 4.08 -> 3.86 GiB with 30-day chunks and 6.0 -> 5.0 GiB with one 90-day chunk, at
 the same wall time."""
+
+
+def python_workers(master: str) -> dict[str, str]:
+    """The Python the workers of local Spark run: this one. PySpark starts its Python workers
+    (the small frames logmetrics builds from Python rows need them) with `python3` from PATH
+    unless PYSPARK_PYTHON names one, and a `python3` there that is another Python, or none,
+    failed every day of a backfill with a Java stack trace. A cluster's workers (any other
+    master) run on other machines: their Python is the cluster's to set."""
+    return {"PYSPARK_PYTHON": sys.executable} if master.startswith("local") else {}
+
 
 IVY_HOME = Path.home() / ".ivy2.5.2"
 """Spark's default Ivy home (its `spark.jars.ivy`), where the resolved jars are cached."""
