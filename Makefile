@@ -19,12 +19,11 @@ demo: install
 	$(BIN)/logmetrics demo
 
 # The whole suite on three workers (pytest-xdist, a module per worker at a time: tests/conftest.py
-# hands out the longest first), in two passes: every module but the reference-equality ones on
-# plain Spark (the suite's engine: tests/suite_session.py), then those (REFERENCE_TESTS: every
-# published table against the pure-Python reference) on the default engine, Comet where it
-# loads. The other lines and platforms (Spark 4.0 with generated code, the wheel on a runtime, a
-# Hive metastore) are `make test-compat`, and the Airflow DAGs and the bundle `make test-deploy`
-# (their own venv, a few minutes cold): .ci/run runs both after it.
+# hands out the longest first) on plain Spark (the suite's engine: tests/suite_session.py). The
+# other engines, lines and platforms (the reference tests on Comet, the default engine, and on
+# Spark 4.0 with generated code; the wheel on a runtime; a Hive metastore) are `make
+# test-compat`, and the Airflow DAGs and the bundle `make test-deploy` (their own venv, a few
+# minutes cold): .ci/run runs both after it.
 REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_hostile.py
 # Three workers on 2 cores: the suite's backfills wait on Delta commits and on the processes some
 # tests start, so a third worker fills the cores (2026-12-02, the same hour, platform floor 14 s:
@@ -41,19 +40,18 @@ $(CLASS_ARCHIVE): $(STAMP) tests/class_archive.py tests/suite_session.py
 		|| { tail -5 $(VENV)/class-archive.log; echo "no class archive: the tests run without it"; }
 
 test: install $(CLASS_ARCHIVE)
-	$(BIN)/python -m pytest $(XDIST) -m "not platform" $(REFERENCE_TESTS:%=--ignore=%) --durations=30
-	LOGMETRICS_TEST_ACCELERATOR=comet $(BIN)/python -m pytest $(XDIST) -m "not platform" \
-		--durations=15 $(REFERENCE_TESTS)
+	$(BIN)/python -m pytest $(XDIST) -m "not platform" --durations=30
 
-# Not part of `make test` (.ci/run runs it after). First, in .venv, the catalog tables on a real
-# Hive metastore (marked `platform`). Then the Spark 4.0 line (pyspark 4.0.1 + delta-spark 4.0.1,
-# what Databricks 17.3 LTS runs): .venv-compat holds the wheel with its `local` extra pinned by
-# constraints-spark40.txt and runs, on plain Spark (Comet has no Spark 4.0 build) with generated
-# code on (the engine's production path; `make test` runs interpreted: tests/suite_session.py),
-# the tests that compare every published table with the pure-Python reference, the Delta pair
-# check, and tests/test_wheel.py: the wheel pip-installed into a venv holding only pyspark 4.0
-# leaves it as it is, and backfills through spark-submit. So the reference tests run twice:
-# Comet and interpreted on 4.1 (`make test`), plain Spark and compiled on 4.0 (here).
+# Not part of `make test` (.ci/run runs it after). First, in .venv: the catalog tables on a real
+# Hive metastore (marked `platform`), then the tests that compare every published table with the
+# pure-Python reference (REFERENCE_TESTS) on Comet, the default engine. Then the Spark 4.0 line
+# (pyspark 4.0.1 + delta-spark 4.0.1, what Databricks 17.3 LTS runs): .venv-compat holds the
+# wheel with its `local` extra pinned by constraints-spark40.txt and runs, on plain Spark (Comet
+# has no Spark 4.0 build) with generated code on (the engine's production path; the other passes
+# run interpreted: tests/suite_session.py), the reference tests again, the Delta pair check, and
+# tests/test_wheel.py: the wheel pip-installed into a venv holding only pyspark 4.0 leaves it as
+# it is, and backfills through spark-submit. So the reference tests run three times: plain
+# Spark 4.1 (`make test`), Comet 4.1 and plain compiled Spark 4.0 (here).
 COMPAT_VENV  := .venv-compat
 COMPAT_STAMP := $(COMPAT_VENV)/.installed-stamp
 
@@ -69,8 +67,9 @@ $(COMPAT_STAMP): pyproject.toml constraints-spark40.txt
 	@touch $(COMPAT_STAMP)
 
 test-compat: wheel $(COMPAT_STAMP)
-	LOGMETRICS_TEST_ACCELERATOR=none $(BIN)/python -m pytest $(XDIST) -m platform \
-		tests/test_hive_metastore.py
+	$(BIN)/python -m pytest $(XDIST) -m platform tests/test_hive_metastore.py
+	LOGMETRICS_TEST_ACCELERATOR=comet $(BIN)/python -m pytest $(XDIST) -m "not platform" \
+		--durations=15 $(REFERENCE_TESTS)
 	$(COMPAT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
 		--force-reinstall dist/logmetrics-*.whl
 	$(COMPAT_VENV)/bin/python -m pip check
