@@ -65,8 +65,8 @@ if os.environ.get("LOGMETRICS_TEST_CODEGEN", "off") != "on":
 # (living_inputs, gate_policy, reliability, evaluation) on three workers took 727 and 570 s on
 # Comet, 516 and 513 s on plain Spark (2026-12-03 13:09-13:48 UTC, in the order Comet, plain,
 # plain, Comet; platform floor 32 s that hour): 0.71 and 0.90 a pair; the property tests, many
-# small queries, 2.9x (on Comet, 441 + 231 s of a fresh clone's `make test` on 2026-12-03; on
-# plain Spark 4.0, 152 + 76 s the day before). The tests check what logmetrics computes, the
+# small queries, 441 + 231 s on Comet against 313 + 169 s on plain Spark (1.4x; two fresh-clone
+# runs the same afternoon, floor 23-25 s). The tests check what logmetrics computes, the
 # same on either engine; `make test-compat` runs those that compare every published table with
 # the pure-Python reference (REFERENCE_TESTS in the Makefile) on Comet
 # (LOGMETRICS_TEST_ACCELERATOR=comet) and on Spark 4.0 with generated code, so the outputs are

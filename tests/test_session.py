@@ -322,7 +322,7 @@ def test_local_spark_starts_with_two_malloc_arenas_and_this_python_unless_set(
     assert seen == [("2", sys.executable), ("4", "/opt/python/bin/python3")]
 
 
-def test_local_sparks_python_workers_run_this_python_a_clusters_are_left_alone() -> None:
+def test_python_workers_are_this_python_on_local_spark_only() -> None:
     """PySpark would start them with `python3` from PATH (tests/test_cli_process.py puts one
     there that cannot start)."""
     assert python_workers("local[2]") == {"PYSPARK_PYTHON": sys.executable}
