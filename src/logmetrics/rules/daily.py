@@ -121,12 +121,21 @@ _COUNT_COLUMNS = ("queries", "empty_queries", "results", "missing_cluster_result
 
 
 def with_histogram_statistics(daily_df: DataFrame, threshold: int) -> DataFrame:
-    """Add quantiles, mean, the share at or below `threshold` and the missing-cluster rate."""
+    """Add quantiles, mean, the share at or below `threshold` and the missing-cluster rate.
+
+    The histogram's total and cumulative counts are computed once per row, in a projection
+    before the five quantiles that read them: written inside each quantile (`histogram_quantile`)
+    the five repeat the total 15 times and the cumulative counts 10 times, a tree of
+    expressions that Spark builds and analyses at every run (measured in the commit)."""
     hist = F.col("histogram")
     queries = F.col("queries")
-    return daily_df.select(
+    counted = daily_df.select(
+        "*", total(hist).alias(_TOTAL), cumulative_counts(hist).alias(_CUMULATIVE)
+    )
+    n, cumulative = F.col(_TOTAL), F.col(_CUMULATIVE)
+    return counted.select(
         "*",
-        *[histogram_quantile(hist, p).alias(name) for name, p in QUANTILES.items()],
+        *[quantile_of(cumulative, n, p).alias(name) for name, p in QUANTILES.items()],
         F.when(queries > 0, total(F.transform(hist, lambda n, i: n * i)) / queries).alias("mean"),
         F.lit(threshold).alias("threshold"),
         F.when(queries > 0, total(F.slice(hist, 1, threshold + 1)) / queries).alias(
@@ -135,17 +144,28 @@ def with_histogram_statistics(daily_df: DataFrame, threshold: int) -> DataFrame:
         F.when(F.col("results") > 0, F.col("missing_cluster_results") / F.col("results")).alias(
             "missing_cluster_rate"
         ),
-    )
+    ).drop(_TOTAL, _CUMULATIVE)
+
+
+_TOTAL, _CUMULATIVE = "_histogram_total", "_histogram_cumulative"
 
 
 def histogram_quantile(hist: Column, p: float) -> Column:
-    """The p-quantile of the values a histogram counts, as numpy.percentile(values, 100 * p).
+    """The p-quantile of the values a histogram counts, as numpy.percentile(values, 100 * p)."""
+    return quantile_of(cumulative_counts(hist), total(hist), p)
+
+
+def cumulative_counts(hist: Column) -> Column:
+    """array<long>: element i is the count of values <= i (the histogram's running total)."""
+    return F.transform(hist, lambda _, i: total(F.slice(hist, 1, i + 1)))
+
+
+def quantile_of(cumulative: Column, n: Column, p: float) -> Column:
+    """The p-quantile from a histogram's `cumulative_counts` and its total `n`.
 
     With n values sorted, the quantile sits at index p * (n - 1); the value at sorted index i is
     the number of histogram bins whose cumulative count is <= i.
     """
-    n = total(hist)
-    cumulative = F.transform(hist, lambda _, i: total(F.slice(hist, 1, i + 1)))
 
     def value_at(index: Column) -> Column:
         return F.size(F.filter(cumulative, lambda c: c <= index)).cast("double")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import logging
 import os
 import random
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
@@ -221,7 +222,15 @@ def with_run_stamp(df: DataFrame, stamp: RunStamp) -> DataFrame:
 
 def conform(df: DataFrame, schema: StructType) -> DataFrame:
     """The table's columns, in its order and types: the write's schema contract."""
-    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+    return df.select(*_conformed_columns(schema))
+
+
+@functools.lru_cache(maxsize=64)
+def _conformed_columns(schema: StructType) -> tuple[Column, ...]:
+    """`conform`'s columns, built once per schema: a column expression is not bound to a
+    DataFrame, and building one costs about a dozen calls into the JVM (the cast's type crosses
+    as JSON), some 3,000 for a run's writes, where the select now costs one per column."""
+    return tuple(F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields)
 
 
 _ENSURED: set[str] = set()
