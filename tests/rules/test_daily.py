@@ -6,11 +6,10 @@ import datetime as dt
 import random
 
 import numpy as np
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from logmetrics.rules.daily import QUANTILES, histogram_quantile
+from logmetrics.rules.daily import QUANTILES, with_histogram_statistics
 from spark_reference import daily_distributions
 
 D1, D2 = dt.date(2026, 1, 5), dt.date(2026, 1, 6)
@@ -29,13 +28,8 @@ def test_quantiles_equal_numpy_percentile_bit_for_bit(spark: SparkSession) -> No
         values = [rng.randint(0, k) for _ in range(n)]
         cases.append(values)
     cases += [[0], [5, 5], [0, 10], [3] * 7]
-    hist_rows = [
-        ([sum(1 for v in vals if v == i) for i in range(max(vals) + 1)],) for vals in cases
-    ]
-    df = spark.createDataFrame(hist_rows, "histogram array<long>")
-    got = df.select(
-        *[histogram_quantile(F.col("histogram"), p).alias(name) for name, p in QUANTILES.items()]
-    ).collect()
+    hists = [[sum(1 for v in vals if v == i) for i in range(max(vals) + 1)] for vals in cases]
+    got = _statistics(spark, hists).collect()
     for values, row in zip(cases, got, strict=True):
         for name, p in QUANTILES.items():
             expected = float(np.percentile(np.array(values), 100 * p))
@@ -43,8 +37,15 @@ def test_quantiles_equal_numpy_percentile_bit_for_bit(spark: SparkSession) -> No
 
 
 def test_empty_histogram_has_no_quantile(spark: SparkSession) -> None:
-    df = spark.createDataFrame([([0, 0, 0],)], "histogram array<long>")
-    assert df.select(histogram_quantile(F.col("histogram"), 0.5)).first()[0] is None
+    row = _statistics(spark, [[0, 0, 0]]).first()
+    assert [row[name] for name in QUANTILES] == [None] * len(QUANTILES)
+
+
+def _statistics(spark: SparkSession, hists: list[list[int]]) -> DataFrame:
+    """`with_histogram_statistics` (the daily rows' path) of one row per histogram."""
+    rows = [(hist, sum(hist), 0, 0) for hist in hists]
+    schema = "histogram array<long>, queries long, results long, missing_cluster_results long"
+    return spark.createDataFrame(rows, schema).transform(with_histogram_statistics, 2)
 
 
 def test_daily_rows_including_a_day_without_queries(spark: SparkSession) -> None:

@@ -124,18 +124,18 @@ def with_histogram_statistics(daily_df: DataFrame, threshold: int) -> DataFrame:
     """Add quantiles, mean, the share at or below `threshold` and the missing-cluster rate.
 
     The histogram's total and cumulative counts are computed once per row, in a projection
-    before the five quantiles that read them: written inside each quantile (`histogram_quantile`)
-    the five repeat the total 15 times and the cumulative counts 10 times, a tree of
-    expressions that Spark builds and analyses at every run (measured in the commit)."""
+    before the five quantiles that read them: written inside each quantile, the five repeated
+    the total 15 times and the cumulative counts 10 times, a tree of expressions Spark built
+    and analysed at every run (69aa688 measured the difference)."""
     hist = F.col("histogram")
     queries = F.col("queries")
     counted = daily_df.select(
         "*", total(hist).alias(_TOTAL), cumulative_counts(hist).alias(_CUMULATIVE)
     )
-    n, cumulative = F.col(_TOTAL), F.col(_CUMULATIVE)
+    values, cumulative = F.col(_TOTAL), F.col(_CUMULATIVE)
     return counted.select(
         "*",
-        *[quantile_of(cumulative, n, p).alias(name) for name, p in QUANTILES.items()],
+        *[quantile_of(cumulative, values, p).alias(name) for name, p in QUANTILES.items()],
         F.when(queries > 0, total(F.transform(hist, lambda n, i: n * i)) / queries).alias("mean"),
         F.lit(threshold).alias("threshold"),
         F.when(queries > 0, total(F.slice(hist, 1, threshold + 1)) / queries).alias(
@@ -150,18 +150,14 @@ def with_histogram_statistics(daily_df: DataFrame, threshold: int) -> DataFrame:
 _TOTAL, _CUMULATIVE = "_histogram_total", "_histogram_cumulative"
 
 
-def histogram_quantile(hist: Column, p: float) -> Column:
-    """The p-quantile of the values a histogram counts, as numpy.percentile(values, 100 * p)."""
-    return quantile_of(cumulative_counts(hist), total(hist), p)
-
-
 def cumulative_counts(hist: Column) -> Column:
     """array<long>: element i is the count of values <= i (the histogram's running total)."""
     return F.transform(hist, lambda _, i: total(F.slice(hist, 1, i + 1)))
 
 
 def quantile_of(cumulative: Column, n: Column, p: float) -> Column:
-    """The p-quantile from a histogram's `cumulative_counts` and its total `n`.
+    """The p-quantile of the n values a histogram counts, as numpy.percentile(values, 100 * p),
+    from its `cumulative_counts` and n.
 
     With n values sorted, the quantile sits at index p * (n - 1); the value at sorted index i is
     the number of histogram bins whose cumulative count is <= i.
