@@ -1,12 +1,13 @@
 """The run/backfill loop: one date range, a chunk of days at a time.
 
-Reads the cluster table, scans the logs for corrupt files and finds each day's inputs (one
-narrow pass, while the ledger is read beside it), computes the days whose inputs, cluster table
-or config changed since they were last computed (a resumed backfill skips the rest), writes the
-run's `started` rows, then computes each chunk (`chunk.Chunk`) while the chunk before it is
-written, so the writes of one overlap the main pass of the next. A hash collision in the
-cluster keys (`keys`) computes the chunk again under the next salt. Progress is logged per day
-and per chunk.
+Scans the logs for corrupt files first (a Parquet file off the contract, known from its footer,
+stops the run before the cluster table or the ledger is read), reads the cluster table, finds
+each day's inputs (one narrow pass, while the ledger is read beside it), computes the days whose
+inputs, cluster table or config changed since they were last computed (a resumed backfill skips
+the rest), writes the run's `started` rows, then computes each chunk (`chunk.Chunk`) while the
+chunk before it is written, so the writes of one overlap the main pass of the next. A hash
+collision in the cluster keys (`keys`) computes the chunk again under the next salt. Progress is
+logged per day and per chunk.
 """
 
 from __future__ import annotations
@@ -96,25 +97,29 @@ def run_range(
     A run that fails after it began its days appends a `failed` row, with the error's line,
     for each day it had not finished."""
     phases = phases or Phases()
+    considered = [
+        day
+        for day in (start + dt.timedelta(days=i) for i in range((end - start).days + 1))
+        if day not in not_ready
+    ]
+    # The log files first: a file off the contract is the commonest input error, and a Parquet
+    # file's footer says so before the cluster table or the ledger is read.
+    corrupt: list[CorruptInput] = []
+    if considered:
+        with phases.timed("input scan"):
+            corrupt = _corrupt_inputs(spark, config, considered[0], considered[-1])
     with phases.timed("inputs"):
         clusters = read_clusters(spark, config.inputs.clusters)
         cluster_state = clusters_state(spark, config.inputs.clusters, clusters)
         calibration = checked_calibration(spark, config)  # checked before anything is published
     stamp = RunStamp(run_id, computed_at, clusters.version)
     summary = RunSummary(run_id=run_id, cluster_table_version=clusters.version)
-    considered = [
-        day
-        for day in (start + dt.timedelta(days=i) for i in range((end - start).days + 1))
-        if day not in not_ready
-    ]
     if not considered:
         return summary
-    with SideSteps(phases) as side:  # the ledger is read while the logs are looked at
+    with SideSteps(phases) as side:  # the ledger is read while the days' inputs are looked at
         ledger_read = side.submit(
             "ledger read", ledger.previous_runs, spark, config.output, considered
         )
-        with phases.timed("input scan"):
-            corrupt = _corrupt_inputs(spark, config, considered[0], considered[-1])
         published = (  # once the inputs are known readable, beside the narrow pass
             None
             if calibration is None
