@@ -1,4 +1,5 @@
-"""The real command in its own process: local Spark starts with Delta, errors stay one line."""
+"""The real command in its own process: local Spark starts with Delta, errors stay one line (and
+an input file off the contract is named before Spark starts)."""
 
 from __future__ import annotations
 
@@ -94,3 +95,4 @@ def test_backfill_in_a_fresh_process_then_a_missing_column(tmp_path: Path) -> No
         "required column 'results' is missing (found: request_id, served_at)"
     )
     assert not any("Traceback" in line or "\tat " in line for line in lines)
+    assert "starting local Spark" not in bad.stderr  # a footer says it: no JVM started

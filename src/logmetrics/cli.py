@@ -470,10 +470,11 @@ def _compute(
     whose logs are not ready are left alone: a `required` one (`run`'s date) stops the run
     before anything is computed (exit 5); days looked back on (`seen_only`) are skipped; a
     backfill computes the ready days, then exits 5 naming the others."""
-    from logmetrics.flows.backfill import run_range
+    from logmetrics.flows.backfill import considered_days, run_range, scan_ahead
     from logmetrics.phases import Phases
     from logmetrics.quality.gx_suite import warm_up
     from logmetrics.session import get_spark
+    from logmetrics.tables.file_scan import scan_needs_spark
     from logmetrics.tables.sources import check_inputs_exist, needs_spark_for_readiness
 
     check_inputs_exist(config.inputs)
@@ -483,6 +484,11 @@ def _compute(
     computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
     warm_up(config.quality)  # great-expectations loads while Spark starts
     _stop_if_not_ready(not_ready, required, seen_only)
+    # A log file off the contract stops the run here, before Spark starts, where no session is
+    # needed to say so (local logs, Parquet footers).
+    considered = considered_days(start, end, not_ready)
+    ahead = bool(considered) and not remote and not scan_needs_spark(config.inputs.logs())
+    scanned = scan_ahead(None, config, considered) if ahead else None
     spark = get_spark(config.spark, days=(end - start).days + 1)
     if remote:
         not_ready = _not_ready(config, days, spark)
@@ -499,6 +505,7 @@ def _compute(
         always=always,
         seen_only=seen_only,
         not_ready=set(not_ready),
+        scanned=scanned,
         phases=phases,
     )
     log.info("where the time went: %s", phases.describe(), extra={"fields": phases.fields()})

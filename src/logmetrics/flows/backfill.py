@@ -1,13 +1,13 @@
 """The run/backfill loop: one date range, a chunk of days at a time.
 
 Scans the logs for corrupt files first (a Parquet file off the contract, known from its footer,
-stops the run before the cluster table or the ledger is read), reads the cluster table, finds
-each day's inputs (one narrow pass, while the ledger is read beside it), computes the days whose
-inputs, cluster table or config changed since they were last computed (a resumed backfill skips
-the rest), writes the run's `started` rows, then computes each chunk (`chunk.Chunk`) while the
-chunk before it is written, so the writes of one overlap the main pass of the next. A hash
-collision in the cluster keys (`keys`) computes the chunk again under the next salt. Progress is
-logged per day and per chunk.
+stops the run before anything else is read; the CLI scans local Parquet logs before Spark
+starts: `scan_ahead`), reads the cluster table, finds each day's inputs (one narrow pass, while
+the ledger is read beside it), computes the days whose inputs, cluster table or config changed
+since they were last computed (a resumed backfill skips the rest), writes the run's `started`
+rows, then computes each chunk (`chunk.Chunk`) while the chunk before it is written, so the
+writes of one overlap the main pass of the next. A hash collision in the cluster keys (`keys`)
+computes the chunk again under the next salt. Progress is logged per day and per chunk.
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ def run_range(
     always: Collection[dt.date] = (),
     seen_only: Collection[dt.date] = (),
     not_ready: Collection[dt.date] = (),
+    scanned: list[CorruptInput] | None = None,
     phases: Phases | None = None,
 ) -> RunSummary:
     """Compute the days of start..end whose inputs, cluster table or config changed since they
@@ -92,22 +93,21 @@ def run_range(
     the failure policy allows; other dates are never touched. `always`: days computed whatever
     the ledger says (`run`'s own date, every day of `backfill --force`); `seen_only`: days
     computed only if the ledger has seen them (the days `run` looks back on); `not_ready`:
-    days left alone (their logs have not all landed). `phases` records where the time goes.
+    days left alone (their logs have not all landed); `scanned`: `scan_ahead` of these days,
+    when the caller ran it before Spark started. `phases` records where the time goes.
 
     A run that fails after it began its days appends a `failed` row, with the error's line,
     for each day it had not finished."""
     phases = phases or Phases()
-    considered = [
-        day
-        for day in (start + dt.timedelta(days=i) for i in range((end - start).days + 1))
-        if day not in not_ready
-    ]
+    considered = considered_days(start, end, not_ready)
     # The log files first: a file off the contract is the commonest input error, and a Parquet
     # file's footer says so before the cluster table or the ledger is read.
     corrupt: list[CorruptInput] = []
     if considered:
         with phases.timed("input scan"):
-            corrupt = _corrupt_inputs(spark, config, considered[0], considered[-1])
+            if scanned is None:
+                scanned = scan_ahead(spark, config, considered)
+            corrupt = _corrupt_inputs(spark, config, scanned)
     with phases.timed("inputs"):
         clusters = read_clusters(spark, config.inputs.clusters)
         cluster_state = clusters_state(spark, config.inputs.clusters, clusters)
@@ -315,13 +315,29 @@ def _record_failure(
     log.error("%d day(s) failed: %s", len(dates), error)
 
 
-def _corrupt_inputs(
-    spark: SparkSession, config: Config, start: dt.date, end: dt.date
+def considered_days(
+    start: dt.date, end: dt.date, not_ready: Collection[dt.date] = ()
+) -> list[dt.date]:
+    """The days of start..end a run looks at: those whose logs have landed."""
+    days = (start + dt.timedelta(days=i) for i in range((end - start).days + 1))
+    return [day for day in days if day not in not_ready]
+
+
+def scan_ahead(
+    spark: SparkSession | None, config: Config, considered: Sequence[dt.date]
 ) -> list[CorruptInput]:
-    """The unreadable log files (or JSON lines) of start..end. With `on_corrupt: fail` the first
-    one stops the run here, before anything is computed or published."""
+    """The log files (or JSON lines) of the `considered` days that cannot be read; an
+    InputError for a file off the contract. Without a session where the logs need none
+    (`file_scan.scan_needs_spark`): the CLI runs it before Spark starts."""
+    return scan_served_logs(spark, config.inputs.logs(), considered[0], considered[-1])
+
+
+def _corrupt_inputs(
+    spark: SparkSession, config: Config, corrupt: list[CorruptInput]
+) -> list[CorruptInput]:
+    """The unreadable log files (or JSON lines) `scan_ahead` found. With `on_corrupt: fail` the
+    first one stops the run here, before anything is computed or published."""
     source = config.inputs.logs()
-    corrupt = scan_served_logs(spark, source, start, end)
     if corrupt and source.on_corrupt == "fail":
         more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
         raise InputError(

@@ -36,8 +36,8 @@ from logmetrics.tables.delta_paths import local_path
 from logmetrics.tables.sources import (
     CORRUPT_RECORD,
     JSON_LOGS,
+    check_contract,
     conform_served_logs,
-    contract_columns,
     data_files,
     date_partition_column,
     file_key,
@@ -87,17 +87,25 @@ class CorruptInput:
 
 
 def scan_served_logs(
-    spark: SparkSession, source: ServedLogsInput, start: dt.date, end: dt.date
+    spark: SparkSession | None, source: ServedLogsInput, start: dt.date, end: dt.date
 ) -> list[CorruptInput]:
     """The corrupt files (Parquet) or lines (JSON) of the logs of start..end; an InputError
-    for a file whose schema drifted off the contract."""
+    for a file whose schema drifted off the contract. Only JSON lines need `spark`
+    (`scan_needs_spark`): Parquet files are judged by their footers."""
     what = f"served logs at {source.path}"
     if source.format == "json":
+        if spark is None:
+            raise ValueError("JSON lines are scanned with Spark")
         return _scan_json(spark, source, start, end, what)
     root = local_path(source.path)
     if source.format != "parquet" or root is None or not os.path.isdir(root):
         return []
     return _scan_parquet(source, root, start, end, what)
+
+
+def scan_needs_spark(source: ServedLogsInput) -> bool:
+    """Whether `scan_served_logs` needs a session for these logs (JSON lines do)."""
+    return source.format == "json"
 
 
 def undated_rows(spark: SparkSession, source: ServedLogsInput) -> int:
@@ -134,7 +142,7 @@ def _scan_parquet(
         except Exception:  # a type Spark has no name for: Spark will judge it
             continue
         fields.pop(partition or "", None)
-        contract_columns(fields, f"{what}: file {file_key(path)}")
+        check_contract(fields, f"{what}: file {file_key(path)}")
         for name, kind in _contract_types(fields).items():
             seen = first.setdefault(name, (kind, file_key(path)))
             if seen[0] != kind:

@@ -12,7 +12,7 @@ import datetime as dt
 import hashlib
 import os
 import re
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -258,15 +258,26 @@ def conform_served_logs(df: DataFrame, what: str) -> DataFrame:
 
 def contract_columns(fields: Mapping[str, DataType], what: str) -> dict[str, Column]:
     """The contract's columns converted to its types, from a schema's {name: type}; a missing
-    column, or one of a type that cannot be read as the contract says, is an InputError."""
+    column, or one of a type that cannot be read as the contract says, is an InputError
+    (`check_contract`)."""
+    return {
+        name: _CONVERSIONS[name][kind](F.col(name))
+        for name, kind in check_contract(fields, what).items()
+    }
+
+
+def check_contract(fields: Mapping[str, DataType], what: str) -> dict[str, str]:
+    """How each of the contract's columns is read from a schema's {name: type}, without a
+    session (the CLI checks local Parquet footers before Spark starts); a missing column, or one
+    of a type that cannot be read as the contract says, is an InputError."""
     for name in ("request_id", "served_at", "results"):
         if name not in fields:
             found = ", ".join(sorted(set(fields) - {CORRUPT_RECORD})) or "none"
             raise InputError(f"{what}: required column {name!r} is missing (found: {found})")
     return {
-        "request_id": _as_string(fields["request_id"], "request_id", what),
-        "served_at": _as_timestamp(fields["served_at"], what),
-        "results": _as_results(fields["results"], what),
+        "request_id": _string_conversion(fields["request_id"], "request_id", what),
+        "served_at": _timestamp_conversion(fields["served_at"], what),
+        "results": _results_conversion(fields["results"], what),
     }
 
 
@@ -502,26 +513,30 @@ def check_evaluation_inputs_exist(runs: dict[str, RunInput], judgments: Judgment
 
 
 def _as_string(data_type: DataType, name: str, what: str) -> Column:
+    return _STRING[_string_conversion(data_type, name, what)](F.col(name))
+
+
+def _string_conversion(data_type: DataType, name: str, what: str) -> str:
     if isinstance(data_type, StringType):
-        return F.col(name)
+        return "as is"
     if isinstance(data_type, IntegralType):
-        return F.col(name).cast("string")
+        return "cast"
     raise InputError(f"{what}: column {name!r} must be a string, found {data_type.simpleString()}")
 
 
-def _as_timestamp(data_type: DataType, what: str) -> Column:
+def _timestamp_conversion(data_type: DataType, what: str) -> str:
     if isinstance(data_type, TimestampType):
-        return F.col("served_at")
+        return "as is"
     if isinstance(data_type, TimestampNTZType):  # wall-clock time, read as UTC
-        return F.col("served_at").cast(TimestampType())
+        return "cast"
     if isinstance(data_type, StringType):  # ISO 8601 text; null (then quarantined) if not
-        return F.try_to_timestamp(F.col("served_at"))
+        return "parse"
     raise InputError(
         f"{what}: column 'served_at' must be a timestamp, found {data_type.simpleString()}"
     )
 
 
-def _as_results(data_type: DataType, what: str) -> Column:
+def _results_conversion(data_type: DataType, what: str) -> str:
     element = data_type.elementType if isinstance(data_type, ArrayType) else None
     if not isinstance(element, StructType):
         raise InputError(
@@ -539,13 +554,34 @@ def _as_results(data_type: DataType, what: str) -> Column:
         found = entry["tokens"].simpleString()
         raise InputError(f"{what}: column 'results.tokens' must be a number, found {found}")
     if isinstance(entry["chunk_id"], StringType):
-        return F.col("results")
+        return "as is"
     if not isinstance(entry["chunk_id"], IntegralType):
         raise InputError(
             f"{what}: column 'results.chunk_id' must be a string, "
             f"found {entry['chunk_id'].simpleString()}"
         )
-    return F.transform("results", lambda e: e.withField("chunk_id", e["chunk_id"].cast("string")))
+    return "cast"
+
+
+_STRING: dict[str, Callable[[Column], Column]] = {
+    "as is": lambda column: column,
+    "cast": lambda column: column.cast("string"),
+}
+_CONVERSIONS: dict[str, dict[str, Callable[[Column], Column]]] = {
+    "request_id": _STRING,
+    "served_at": {
+        "as is": lambda column: column,
+        "cast": lambda column: column.cast(TimestampType()),
+        "parse": F.try_to_timestamp,
+    },
+    "results": {
+        "as is": lambda column: column,
+        "cast": lambda column: F.transform(
+            column, lambda e: e.withField("chunk_id", e["chunk_id"].cast("string"))
+        ),
+    },
+}
+"""Per contract column, each conversion `check_contract` names, as a function of the column."""
 
 
 # --- partitions and paths -----------------------------------------------------------------
