@@ -93,7 +93,7 @@ def scan_served_logs(
     for a file whose schema drifted off the contract. Only JSON lines need `spark`
     (`scan_needs_spark`): Parquet files are judged by their footers."""
     what = f"served logs at {source.path}"
-    if source.format == "json":
+    if scan_needs_spark(source):
         if spark is None:
             raise ValueError("JSON lines are scanned with Spark")
         return _scan_json(spark, source, start, end, what)

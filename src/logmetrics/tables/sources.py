@@ -260,13 +260,15 @@ def contract_columns(fields: Mapping[str, DataType], what: str) -> dict[str, Col
     """The contract's columns converted to its types, from a schema's {name: type}; a missing
     column, or one of a type that cannot be read as the contract says, is an InputError
     (`check_contract`)."""
-    return {
-        name: _CONVERSIONS[name][kind](F.col(name))
-        for name, kind in check_contract(fields, what).items()
-    }
+    return {name: convert(F.col(name)) for name, convert in check_contract(fields, what).items()}
 
 
-def check_contract(fields: Mapping[str, DataType], what: str) -> dict[str, str]:
+Conversion = Callable[[Column], Column]
+"""How a column is read into the contract's type: a function of the column, so that it can be
+chosen without a session."""
+
+
+def check_contract(fields: Mapping[str, DataType], what: str) -> dict[str, Conversion]:
     """How each of the contract's columns is read from a schema's {name: type}, without a
     session (the CLI checks local Parquet footers before Spark starts); a missing column, or one
     of a type that cannot be read as the contract says, is an InputError."""
@@ -513,30 +515,30 @@ def check_evaluation_inputs_exist(runs: dict[str, RunInput], judgments: Judgment
 
 
 def _as_string(data_type: DataType, name: str, what: str) -> Column:
-    return _STRING[_string_conversion(data_type, name, what)](F.col(name))
+    return _string_conversion(data_type, name, what)(F.col(name))
 
 
-def _string_conversion(data_type: DataType, name: str, what: str) -> str:
+def _string_conversion(data_type: DataType, name: str, what: str) -> Conversion:
     if isinstance(data_type, StringType):
-        return "as is"
+        return _as_is
     if isinstance(data_type, IntegralType):
-        return "cast"
+        return lambda column: column.cast("string")
     raise InputError(f"{what}: column {name!r} must be a string, found {data_type.simpleString()}")
 
 
-def _timestamp_conversion(data_type: DataType, what: str) -> str:
+def _timestamp_conversion(data_type: DataType, what: str) -> Conversion:
     if isinstance(data_type, TimestampType):
-        return "as is"
+        return _as_is
     if isinstance(data_type, TimestampNTZType):  # wall-clock time, read as UTC
-        return "cast"
+        return lambda column: column.cast(TimestampType())
     if isinstance(data_type, StringType):  # ISO 8601 text; null (then quarantined) if not
-        return "parse"
+        return F.try_to_timestamp
     raise InputError(
         f"{what}: column 'served_at' must be a timestamp, found {data_type.simpleString()}"
     )
 
 
-def _results_conversion(data_type: DataType, what: str) -> str:
+def _results_conversion(data_type: DataType, what: str) -> Conversion:
     element = data_type.elementType if isinstance(data_type, ArrayType) else None
     if not isinstance(element, StructType):
         raise InputError(
@@ -554,34 +556,19 @@ def _results_conversion(data_type: DataType, what: str) -> str:
         found = entry["tokens"].simpleString()
         raise InputError(f"{what}: column 'results.tokens' must be a number, found {found}")
     if isinstance(entry["chunk_id"], StringType):
-        return "as is"
+        return _as_is
     if not isinstance(entry["chunk_id"], IntegralType):
         raise InputError(
             f"{what}: column 'results.chunk_id' must be a string, "
             f"found {entry['chunk_id'].simpleString()}"
         )
-    return "cast"
+    return lambda column: F.transform(
+        column, lambda e: e.withField("chunk_id", e["chunk_id"].cast("string"))
+    )
 
 
-_STRING: dict[str, Callable[[Column], Column]] = {
-    "as is": lambda column: column,
-    "cast": lambda column: column.cast("string"),
-}
-_CONVERSIONS: dict[str, dict[str, Callable[[Column], Column]]] = {
-    "request_id": _STRING,
-    "served_at": {
-        "as is": lambda column: column,
-        "cast": lambda column: column.cast(TimestampType()),
-        "parse": F.try_to_timestamp,
-    },
-    "results": {
-        "as is": lambda column: column,
-        "cast": lambda column: F.transform(
-            column, lambda e: e.withField("chunk_id", e["chunk_id"].cast("string"))
-        ),
-    },
-}
-"""Per contract column, each conversion `check_contract` names, as a function of the column."""
+def _as_is(column: Column) -> Column:
+    return column
 
 
 # --- partitions and paths -----------------------------------------------------------------
