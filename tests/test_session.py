@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyspark
 import pytest
+from pyspark.sql import SparkSession
 
 from logmetrics import session
 from logmetrics.config import SparkConfig
@@ -146,6 +147,21 @@ def test_the_jvm_profile_follows_the_run_length_unless_set(
     conf = local_conf(SparkConfig(profile=profile, conf=mine), days)  # type: ignore[arg-type]
     assert conf["spark.driver.extraJavaOptions"] == "-Dx=1"
     assert conf["spark.sql.adaptive.enabled"] == "true"
+
+
+def test_a_local_session_builds_plans_without_recording_call_sites(spark: SparkSession) -> None:
+    """PySpark reads the setting once, from the active session: re-read here, it must say off
+    (a misspelt key would leave PySpark's default, on); the config can turn it back on."""
+    from pyspark.errors import utils
+
+    cached = utils._enable_debugging_cache
+    utils._enable_debugging_cache = None
+    try:
+        assert utils.is_debugging_enabled() is False
+    finally:
+        utils._enable_debugging_cache = cached
+    key = "spark.python.sql.dataFrameDebugging.enabled"
+    assert local_conf(SparkConfig(conf={key: "true"}))[key] == "true"
 
 
 def test_session_time_zone_stays_utc_whatever_the_config_says() -> None:

@@ -215,6 +215,17 @@ rebuilds a table's whole state on every commit in a JVM whose default time zone 
 (to verify its checksum), and the session's time zone is UTC anyway."""
 
 
+PLAN_BUILDING = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
+"""How PySpark builds plans, in a local session. By default (Spark 4.0 and 4.1) PySpark wraps
+every Column operation to record the Python call site it came from, for error messages: about
+nine more calls into the JVM per operation, plus a walk of the Python stack. logmetrics builds
+many plans of hundreds of operations (a chunk's tables, the alert history, the reports): the
+property tests, which build and run thousands of small plans, took 0.79-0.81 of the time with
+it off (2 alternating rounds, 2026-12-04), and cProfile counted 165,377 JVM calls for 30
+examples, 26 of its 85 s in running them. Off, an analysis error names the failing expression
+without the Python line that built it; `spark.conf` in the config turns it back on."""
+
+
 def profile_for(settings: SparkConfig, days: int | None = None) -> str:
     """`settings.profile`, `auto` resolved by the number of days the run covers (None: a
     command that computes no day, such as report or maintain: short)."""
@@ -244,6 +255,7 @@ def local_conf(settings: SparkConfig, days: int | None = None) -> dict[str, str]
         # Spark gives up whole-stage code generation. At 400 it is generated: a 30-day chunk's
         # daily sums 4.8 -> 3.6 s on both engines (3 alternating rounds, 2 cores).
         "spark.sql.codegen.maxFields": "400",
+        **PLAN_BUILDING,
     }
     if use_comet(settings):
         conf = with_packages(
