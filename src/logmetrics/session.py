@@ -218,12 +218,12 @@ rebuilds a table's whole state on every commit in a JVM whose default time zone 
 PLAN_BUILDING = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
 """How PySpark builds plans, in a local session. By default (Spark 4.0 and 4.1) PySpark wraps
 every Column operation to record the Python call site it came from, for error messages: about
-nine more calls into the JVM per operation, plus a walk of the Python stack. logmetrics builds
-many plans of hundreds of operations (a chunk's tables, the alert history, the reports): the
-property tests, which build and run thousands of small plans, took 0.79-0.81 of the time with
-it off (2 alternating rounds, 2026-12-04), and cProfile counted 165,377 JVM calls for 30
-examples, 26 of its 85 s in running them. Off, an analysis error names the failing expression
-without the Python line that built it; `spark.conf` in the config turns it back on."""
+nine more calls into the JVM per operation, plus a walk of the Python stack. Off, the property
+tests, which build and run thousands of small plans, took 0.79-0.81 of the time (2 alternating
+rounds, 2026-12-04), and the reference property test made 73,323 calls into the JVM instead of
+165,377 (cProfile). A nightly run, whose time is the JVM's, does not move (6 alternating pairs,
+benchmarks/README.md). Off, an analysis error names the failing expression without the Python
+line that built it; `spark.conf` in the config turns it back on."""
 
 
 def profile_for(settings: SparkConfig, days: int | None = None) -> str:
