@@ -27,7 +27,8 @@ demo: install
 REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_hostile.py
 # Three workers on 2 cores: the suite's backfills wait on Delta commits and on the processes some
 # tests start, so a third worker fills the cores (2026-12-02, the same hour, platform floor 14 s:
-# 20:18 on two workers, 16:55 on three). xdist's own order (by number of tests) is turned off.
+# 20:18 on two workers, 16:55 on three; 2026-12-04, one pair in a working tree, four first:
+# 16:02 on four, 15:44 on three). xdist's own order (by number of tests) is turned off.
 XDIST := -n 3 --dist loadfile --no-loadscope-reorder
 
 # The JVM's class-data archive for the suite (tests/class_archive.py): built once per .venv, then
