@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -190,19 +190,21 @@ def _spawn(
     )
 
 
+class Uninterrupted(NamedTuple):
+    """The tables of an uninterrupted 4-day backfill: whole, and per day."""
+
+    tables: dict[str, list[tuple[Any, ...]]]
+    by_day: dict[str, dict[dt.date, list[tuple[Any, ...]]]]
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(
     spark: SparkSession, data: Path, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Any]:
-    """The tables of an uninterrupted 4-day backfill, read once for every killed run: whole
-    (`tables`) and per day (`by_day`)."""
+) -> Uninterrupted:
+    """Read once for the three killed runs, which compare with it."""
     warehouse = tmp_path_factory.mktemp("uninterrupted") / "wh"
     assert main(_backfill_argv(_config(data, warehouse))) == 0
-    by_day = _snapshot_by_day(spark, warehouse)
-    tables = {
-        name: sorted(row for rows in days.values() for row in rows) for name, days in by_day.items()
-    }
-    return {"tables": tables, "by_day": by_day}
+    return Uninterrupted(_snapshot(spark, warehouse), _snapshot_by_day(spark, warehouse))
 
 
 @pytest.mark.parametrize(
@@ -216,7 +218,7 @@ def uninterrupted(
 def test_killed_backfill_resumes_to_the_tables_of_an_uninterrupted_run(
     spark: SparkSession,
     data: Path,
-    uninterrupted: dict[str, Any],
+    uninterrupted: Uninterrupted,
     tmp_path: Path,
     moment: str,
     pattern: str,
@@ -243,7 +245,7 @@ def test_killed_backfill_resumes_to_the_tables_of_an_uninterrupted_run(
     process.wait(timeout=60)
     assert seen >= occurrence, moment
 
-    reference = uninterrupted["by_day"]
+    reference = uninterrupted.by_day
     killed = _snapshot_by_day(spark, warehouse)
     for table, days in killed.items():
         for day, rows in days.items():  # every day a reader can see is whole, and once
@@ -253,7 +255,7 @@ def test_killed_backfill_resumes_to_the_tables_of_an_uninterrupted_run(
         assert main(_backfill_argv(config)) == 0
     if killed["unique_clusters_daily"]:  # days published before the kill are not redone
         assert "already done with the same inputs and config" in caplog.text
-    assert _snapshot(spark, warehouse) == uninterrupted["tables"]
+    assert _snapshot(spark, warehouse) == uninterrupted.tables
     ledger = _ledger(spark, warehouse)
     published_days = [r.metric_date for r in ledger if r.status == "published"]
     assert sorted(set(published_days)) == [START + dt.timedelta(days=i) for i in range(DAYS)]
