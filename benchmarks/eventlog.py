@@ -6,8 +6,11 @@ The event log is JSON lines: one file per application, or (Spark 4's rolling for
 - the application's wall time, the time some job was running (the union of job intervals) and
   the rest, spent on the driver alone (session start, planning, Delta log reads and commits,
   Python, the quality suite);
-- the slowest stages: duration, task count, summed executor run time, and what they were for
-  (the job's description, else its SQL execution's, else the stage name);
+- the stages that took the most executor time: that time, their wall duration, task count,
+  and what they were for (the job's description, else its SQL execution's, else the stage
+  name). Ranked by executor time, not by wall: a stage's wall counts the time it waited for a
+  core while other jobs ran (a table's write beside the next chunk's main pass: 21 s of wall
+  for 0.2 s of work);
 - the slowest SQL executions (one per DataFrame action; nested ones, such as a Delta write's
   own, are inside their action's time and left out);
 - the driver JVM's memory as Spark sampled it (peak heap used, off-heap, execution and storage
@@ -103,7 +106,7 @@ def summarize(events_dir: Path, top: int = 15) -> dict[str, Any]:
         stage.job_ids = app.stage_jobs.get(stage.stage_id, [])
     in_jobs_ms = _union_ms([(j.start_ms, j.end_ms) for j in app.jobs.values() if j.end_ms])
     wall_ms = app.end_ms - app.start_ms
-    slowest = sorted(app.stages, key=lambda s: s.duration_ms, reverse=True)[:top]
+    slowest = sorted(app.stages, key=lambda s: s.executor_run_ms, reverse=True)[:top]
     return {
         "app_wall_s": _s(wall_ms),
         "time_in_jobs_s": _s(in_jobs_ms),

@@ -387,10 +387,12 @@ def _time_lines(summary: dict[str, Any] | None, workload: str, driver_memory: st
         f"{summary['app_wall_s']:.0f} s from "
         f"session start to stop, {summary['time_in_jobs_s']:.0f} s with a Spark job running, "
         f"{summary['time_outside_jobs_s']:.0f} s on the driver alone; {summary['jobs']} jobs, "
-        f"{summary['stages']} stages, {summary['tasks']} tasks. Driver JVM as Spark sampled it: "
-        f"heap used {memory['heap_used_peak_gib']:.2f} GiB at most (driver memory "
+        f"{summary['stages']} stages, {summary['tasks']} tasks, "
+        f"{summary['executor_run_s_total']:.0f} s of executor time. Driver JVM as Spark sampled "
+        f"it: heap used {memory['heap_used_peak_gib']:.2f} GiB at most (driver memory "
         f"{driver_memory}), off-heap "
-        f"{memory['off_heap_peak_gib']:.2f} GiB, GC {memory['gc_time_s']:.1f} s. Slowest stages:",
+        f"{memory['off_heap_peak_gib']:.2f} GiB, GC {memory['gc_time_s']:.1f} s. The stages "
+        "that took the most executor time (their duration also counts waiting for a core):",
         "",
         "| stage | what | duration | tasks | executor time |",
         "|---:|---|---:|---:|---:|",
