@@ -106,7 +106,7 @@ def summarize(events_dir: Path, top: int = 15) -> dict[str, Any]:
         stage.job_ids = app.stage_jobs.get(stage.stage_id, [])
     in_jobs_ms = _union_ms([(j.start_ms, j.end_ms) for j in app.jobs.values() if j.end_ms])
     wall_ms = app.end_ms - app.start_ms
-    slowest = sorted(app.stages, key=lambda s: s.executor_run_ms, reverse=True)[:top]
+    busiest = sorted(app.stages, key=lambda s: s.executor_run_ms, reverse=True)[:top]
     return {
         "app_wall_s": _s(wall_ms),
         "time_in_jobs_s": _s(in_jobs_ms),
@@ -116,7 +116,7 @@ def summarize(events_dir: Path, top: int = 15) -> dict[str, Any]:
         "tasks": app.tasks,
         "executor_run_s_total": _s(sum(s.executor_run_ms for s in app.stages)),
         "jvm_memory": _jvm_memory(app.jvm_peaks),
-        "top_stages": [_stage_row(app, s) for s in slowest],
+        "top_stages": [_stage_row(app, s) for s in busiest],
         "top_sql_executions": _top_sql(app, top),
     }
 
