@@ -31,9 +31,20 @@ def describe(repo: Path) -> dict[str, Any]:
     }
 
 
+# What the benchmark itself rewrites: a change there is not a change of the code it timed
+# (`make bench` writes both before its fixed-cost stage, which read "-dirty" because of them).
+OWN_OUTPUTS = ("benchmarks/results.json", "benchmarks/README.md")
+
+
 def git_commit(repo: Path) -> str:
-    """The checkout's commit, `-dirty` when it has uncommitted changes."""
-    return _run(["git", "-C", str(repo), "describe", "--always", "--dirty"])
+    """The checkout's commit, `-dirty` when a tracked file other than the benchmark's own
+    outputs (`OWN_OUTPUTS`) has uncommitted changes."""
+    git = ["git", "-C", str(repo)]
+    commit = _run([*git, "describe", "--always"])
+    excluded = [f":(exclude){path}" for path in OWN_OUTPUTS]
+    status = [*git, "status", "--porcelain", "--untracked-files=no", "--", ".", *excluded]
+    clean = _run(status) == "unknown"  # _run's word for no output
+    return commit if clean else f"{commit}-dirty"
 
 
 def summary_line(machine: dict[str, Any]) -> str:
