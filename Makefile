@@ -31,16 +31,7 @@ REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_
 # 16:02 on four, 15:44 on three). xdist's own order (by number of tests) is turned off.
 XDIST := -n 3 --dist loadfile --no-loadscope-reorder
 
-# The JVM's class-data archive for the suite (tests/class_archive.py): built once per .venv, then
-# mapped by every JVM the tests start, which no longer read and verify Spark's classes from the
-# jars. If it cannot be built, the tests run without it, slower.
-CLASS_ARCHIVE := $(VENV)/logmetrics-classes.jsa
-$(CLASS_ARCHIVE): $(STAMP) tests/class_archive.py tests/suite_session.py
-	@echo "the suite's class archive, once per .venv (about a minute): $@"
-	@$(BIN)/python tests/class_archive.py $@ > $(VENV)/class-archive.log 2>&1 \
-		|| { tail -5 $(VENV)/class-archive.log; echo "no class archive: the tests run without it"; }
-
-test: install $(CLASS_ARCHIVE)
+test: install
 	$(BIN)/python -m pytest $(XDIST) -m "not platform" --durations=30
 
 # Not part of `make test` (.ci/run runs it after). First, in .venv: the catalog tables on a real

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 
-from class_archive import OPTIONS as CLASS_ARCHIVE
 from logmetrics.session import PROFILES
 
 # Measured on a 2-core machine: one shuffle partition makes the suite about 2.4x faster than
@@ -36,15 +35,16 @@ TEST_CONF = {
 # compiler; a single process (a bare `pytest`) keeps the tiered default: there C2 compiles on
 # the core its one task leaves free, and a warm backfill ran 5-25% faster with it.
 #
-# The classes every JVM of the suite loads, from the archive `make test` builds once
-# (tests/class_archive.py); without it (a bare `pytest`), the JVM reads them from the jars.
-# SHORT_JVM: the quick compiler with the archive, also the JVM of the backfill processes the
-# orchestration tests start.
-SHORT_JVM = f"{PROFILES['short']['spark.driver.extraJavaOptions']} {CLASS_ARCHIVE}"
+# SHORT_JVM: the quick compiler, also the JVM of the backfill processes the orchestration tests
+# start. No class-data archive: one built per .venv (a 2-day backfill in a JVM that dumped the
+# classes it loaded, 54-75 s before the first test) saved its JVMs' class loading, but the whole
+# suite on three workers took as long with it as without (2026-12-04, alternating, the archive
+# present, moved away, present: 695, 692 and 700 s of pytest at a platform floor of 10-15 s;
+# test time 2048 / 2037 / 2050 s: the orchestration module 8-10% slower without, the rest
+# within the noise), so on a fresh clone it only added its build.
+SHORT_JVM = PROFILES["short"]["spark.driver.extraJavaOptions"]
 if os.environ.get("PYTEST_XDIST_WORKER"):
     TEST_CONF["spark.driver.extraJavaOptions"] = SHORT_JVM
-else:
-    TEST_CONF["spark.driver.extraJavaOptions"] += f" {CLASS_ARCHIVE}"
 
 # Test-only: the suite's inputs are a few hundred rows, on which compiling generated code
 # (whole-stage and each expression's) costs more than it saves: a warm 4-day in-process backfill
