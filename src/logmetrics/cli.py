@@ -418,8 +418,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_backfill(args: argparse.Namespace) -> int:
     _check_range(args.start, args.end)
     config = load_config(args.config, args.set)
-    days = _days(args.start, args.end)
-    return _compute(config, args.start, args.end, args, always=set(days) if args.force else ())
+    from logmetrics.flows.backfill import considered_days
+
+    always = considered_days(args.start, args.end) if args.force else ()
+    return _compute(config, args.start, args.end, args, always=always)
 
 
 def _cmd_ready(args: argparse.Namespace) -> int:
@@ -453,10 +455,6 @@ def _not_ready_line(missing: dict[dt.date, str], what_happened: str) -> str:
     return f"input not ready: {listed}: no {missing[days[0]]}{more}; {what_happened}"
 
 
-def _days(start: dt.date, end: dt.date) -> list[dt.date]:
-    return [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
-
-
 def _compute(
     config: Config,
     start: dt.date,
@@ -478,7 +476,7 @@ def _compute(
     from logmetrics.tables.sources import check_inputs_exist, needs_spark_for_readiness
 
     check_inputs_exist(config.inputs)
-    days = _days(start, end)
+    days = considered_days(start, end)
     remote = needs_spark_for_readiness(config.inputs.logs())
     not_ready = {} if remote else _not_ready(config, days)
     computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -643,10 +641,11 @@ def _cmd_alerts(args: argparse.Namespace) -> int:
     start, end = _alerts_range(args)
     config = load_config(args.config, args.set)
     from logmetrics.flows.alerts import announce, publish_alerts
+    from logmetrics.flows.backfill import considered_days
     from logmetrics.session import get_spark
 
     computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    days = [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
+    days = considered_days(start, end)
     rows, culprits = publish_alerts(get_spark(config.spark), config, days, args.run_id, computed_at)
     alerts = announce(rows, culprits)
     if alerts and args.fail_on_alert:

@@ -318,7 +318,8 @@ def _record_failure(
 def considered_days(
     start: dt.date, end: dt.date, not_ready: Collection[dt.date] = ()
 ) -> list[dt.date]:
-    """The days of start..end a run looks at: those whose logs have landed."""
+    """The days of start..end a run looks at: every one, but those in `not_ready` (their logs
+    have not all landed)."""
     days = (start + dt.timedelta(days=i) for i in range((end - start).days + 1))
     return [day for day in days if day not in not_ready]
 
