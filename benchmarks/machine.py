@@ -42,8 +42,16 @@ def git_commit(repo: Path) -> str:
     git = ["git", "-C", str(repo)]
     commit = _run([*git, "describe", "--always"])
     excluded = [f":(exclude){path}" for path in OWN_OUTPUTS]
-    status = [*git, "status", "--porcelain", "--untracked-files=no", "--", ".", *excluded]
-    clean = _run(status) == "unknown"  # _run's word for no output
+    try:  # a status git cannot give counts as dirty: the commit alone would then claim too much
+        status = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no", "--", ".", *excluded],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        clean = status.returncode == 0 and not status.stdout.strip()
+    except OSError:
+        clean = False
     return commit if clean else f"{commit}-dirty"
 
 
