@@ -1,0 +1,178 @@
+"""The benchmark's own bookkeeping, on inputs whose answer is known by hand: what an event log
+says the time went to, the slope ratios, and the commit a result is recorded against. The
+timings themselves are `make bench`'s (benchmarks/README.md); nothing here times anything."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from benchmarks import eventlog, machine, report
+from benchmarks.engines import DUCKDB, FLOOR, FLOOR_COMET, LOGMETRICS, LOGMETRICS_PLAIN
+
+SQL_START = eventlog.SQL_START
+SQL_END = eventlog.SQL_END
+
+
+def _stage(stage_id: int, name: str, submitted: int, completed: int, run_ms: int) -> dict:
+    return {
+        "Event": "SparkListenerStageCompleted",
+        "Stage Info": {
+            "Stage ID": stage_id,
+            "Stage Attempt ID": 0,
+            "Stage Name": name,
+            "Number of Tasks": 4,
+            "Submission Time": submitted,
+            "Completion Time": completed,
+            "Accumulables": [
+                {"Name": "internal.metrics.executorRunTime", "Value": run_ms},
+                {"Name": "internal.metrics.executorCpuTime", "Value": run_ms * 500_000},
+            ],
+        },
+    }
+
+
+def _job(job_id: int, start: int, stages: list[int], properties: dict) -> dict:
+    return {
+        "Event": "SparkListenerJobStart",
+        "Job ID": job_id,
+        "Submission Time": start,
+        "Stage IDs": stages,
+        "Properties": properties,
+    }
+
+
+EVENTS = [
+    {"Event": "SparkListenerApplicationStart", "Timestamp": 0},
+    # A write: 9 s of wall waiting for a core, 0.5 s of work, described by its job.
+    _job(0, 1_000, [1], {"spark.job.description": "write unique_clusters_daily"}),
+    # The main pass: 1 s of wall, 3 s of executor time, described by its SQL execution.
+    _job(1, 2_000, [2], {"spark.sql.execution.id": "7"}),
+    # A Delta write's own job, nested in execution 7: described by the action that began it.
+    _job(2, 7_000, [3], {"spark.sql.execution.id": "8", "spark.sql.execution.root.id": "7"}),
+    {
+        "Event": SQL_START,
+        "executionId": 7,
+        "time": 1_500,
+        "description": "save at NativeMethodAccessorImpl.java:0",
+        "physicalPlanDescription": "SaveIntoDataSourceCommand [path=/w/unique_clusters_by_query/]",
+    },
+    {"Event": SQL_START, "executionId": 8, "rootExecutionId": 7, "time": 7_000},
+    _stage(1, "save at chunk.py:1", 1_000, 10_000, 500),
+    _stage(2, "toPandas at /home/x/repo/src/logmetrics/flows/chunk.py:127", 2_000, 3_000, 3_000),
+    _stage(3, "delta at Snapshot.scala:1", 7_000, 7_500, 400),
+    {"Event": "SparkListenerJobEnd", "Job ID": 0, "Completion Time": 3_000},
+    {"Event": "SparkListenerJobEnd", "Job ID": 1, "Completion Time": 5_000},
+    {"Event": "SparkListenerJobEnd", "Job ID": 2, "Completion Time": 8_000},
+    {"Event": SQL_END, "executionId": 8, "time": 7_900},
+    {"Event": SQL_END, "executionId": 7, "time": 8_000},
+    {"Event": "SparkListenerTaskEnd", "Task Executor Metrics": {"JVMHeapMemory": 2**30}},
+    {"Event": "SparkListenerTaskEnd", "Task Executor Metrics": {"JVMHeapMemory": 2**31}},
+    {"Event": "SparkListenerApplicationEnd", "Timestamp": 10_000},
+]
+
+
+def _write_rolling_log(events_dir: Path, events: list[dict], parts: int) -> None:
+    """Spark 4's rolling layout: a directory of numbered parts, read in number order."""
+    log_dir = events_dir / "eventlog_v2_app-1"
+    log_dir.mkdir(parents=True)
+    size = -(-len(events) // parts)
+    for n in range(parts):
+        lines = [json.dumps(e) for e in events[n * size : (n + 1) * size]]
+        (log_dir / f"events_{n + 1}_app-1").write_text("\n".join(lines) + "\n")
+
+
+def test_event_log_summary_ranks_stages_by_executor_time(tmp_path: Path) -> None:
+    # An event a part: a job's end (part 12) follows its start (part 2) only when the parts are
+    # read by number, not by name.
+    _write_rolling_log(tmp_path, EVENTS, parts=len(EVENTS))
+    summary = eventlog.summarize(tmp_path)
+    assert summary["app_wall_s"] == 10.0
+    # Jobs ran over [1, 5] and [7, 8] s (two of them overlapping): 5 s, the rest on the driver.
+    assert summary["time_in_jobs_s"] == 5.0
+    assert summary["time_outside_jobs_s"] == 5.0
+    assert (summary["jobs"], summary["stages"], summary["tasks"]) == (3, 3, 2)
+    assert summary["executor_run_s_total"] == 3.9
+    assert summary["jvm_memory"]["heap_used_peak_gib"] == 2.0
+    top = summary["top_stages"]
+    assert [s["stage_id"] for s in top] == [2, 1, 3]  # not by wall: stage 1 waited 9 s
+    assert top[0]["name"] == "toPandas at src/logmetrics/flows/chunk.py:127"
+    assert top[0]["description"] == (
+        "save at NativeMethodAccessorImpl.java:0 -> unique_clusters_by_query"
+    )
+    assert top[0]["executor_cpu_s"] == 1.5
+    assert top[1]["description"] == "write unique_clusters_daily"
+    assert top[2]["description"] == top[0]["description"]  # the nested job's root action
+    # Only root executions are listed: the nested one is inside its action's time.
+    assert [(e["execution_id"], e["duration_s"]) for e in summary["top_sql_executions"]] == [
+        ("7", 6.5)
+    ]
+
+
+def test_event_log_must_be_one_uncompressed_application(tmp_path: Path) -> None:
+    (tmp_path / "app-1.lz4").write_text("")
+    with pytest.raises(ValueError, match="compressed"):
+        eventlog.summarize(tmp_path)
+    (tmp_path / "app-2").write_text("")
+    with pytest.raises(ValueError, match="one application"):
+        eventlog.summarize(tmp_path)
+
+
+def _workload(days: int, walls: dict[str, float]) -> dict:
+    return {"days": days, "engines": {e: {"wall_s": w} for e, w in walls.items()}}
+
+
+def test_slopes_leave_the_fixed_cost_out() -> None:
+    summary = {
+        "top10-90d": _workload(90, {LOGMETRICS: 180.0, FLOOR: 52.0, DUCKDB: 13.0}),
+        "top10-30d": _workload(30, {LOGMETRICS: 100.0, FLOOR: 34.0}),
+    }
+    # (90-day wall - 30-day wall) per 60 days; an engine run on one workload only has none.
+    assert report.slopes(summary, "top10-90d", "top10-30d") == {LOGMETRICS: 80.0, FLOOR: 18.0}
+
+
+@pytest.mark.parametrize(
+    ("ours", "floor", "ratio"),
+    [(81.0, 18.0, 4.5), (81.0, -1.4, None), (81.0, 0.0, None), (None, 18.0, None)],
+)
+def test_a_slope_ratio_needs_a_floor_that_grows(
+    ours: float | None, floor: float, ratio: float | None
+) -> None:
+    # A floor whose long run was no slower than its short one has no per-row cost: a negative
+    # ratio would read as a pass.
+    assert report._slope_ratio(ours, floor) == ratio
+
+
+def test_the_floor_engines_have_slopes() -> None:
+    assert {LOGMETRICS, LOGMETRICS_PLAIN, FLOOR, FLOOR_COMET, DUCKDB} <= set(report.SLOPE_ENGINES)
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def test_git_commit_is_dirty_only_for_changes_outside_the_benchmarks_outputs(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "src.py").write_text("x = 1\n")
+    for own in machine.OWN_OUTPUTS:
+        (repo / own).write_text("before\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    head = _git(repo, "describe", "--always")
+    assert machine.git_commit(repo) == head
+    for own in machine.OWN_OUTPUTS:  # what the benchmark itself rewrites
+        (repo / own).write_text("after\n")
+    assert machine.git_commit(repo) == head
+    (repo / "src.py").write_text("x = 2\n")
+    assert machine.git_commit(repo) == f"{head}-dirty"
+    # A status git cannot give is not a clean checkout.
+    assert machine.git_commit(tmp_path / "not-a-repo") == "unknown-dirty"
