@@ -1,16 +1,23 @@
 """The benchmark's own bookkeeping, on inputs whose answer is known by hand: what an event log
-says the time went to, the slope ratios, and the commit a result is recorded against. The
-timings themselves are `make bench`'s (benchmarks/README.md); nothing here times anything."""
+says the time went to, the slope ratios, and the commit a result is recorded against; and its
+DuckDB reference against the suite's pure-Python one. The timings themselves are `make
+bench`'s (benchmarks/README.md); nothing here times anything."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 from pathlib import Path
 
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
-from benchmarks import eventlog, machine, report
+from benchmarks import duckdb_reference, eventlog, machine, report
 from benchmarks.engines import DUCKDB, FLOOR, FLOOR_COMET, LOGMETRICS, LOGMETRICS_PLAIN
+
+import reference
+from logmetrics.synthetic import generate
 
 SQL_START = eventlog.SQL_START
 SQL_END = eventlog.SQL_END
@@ -176,3 +183,39 @@ def test_git_commit_is_dirty_only_for_changes_outside_the_benchmarks_outputs(
     assert machine.git_commit(repo) == f"{head}-dirty"
     # A status git cannot give is not a clean checkout.
     assert machine.git_commit(tmp_path / "not-a-repo") == "unknown-dirty"
+
+
+def test_the_duckdb_reference_equals_the_python_reference(tmp_path: Path) -> None:
+    """The benchmark's oracle (`make bench` checks every Spark plan's outputs against it) against
+    the suite's: both daily and per-query outputs, on dirty generated data (redelivered copies,
+    entries with a null rank or chunk_id, rank ties, chunks absent from the cluster table,
+    chunks with null cluster ids)."""
+    start, days, ks, threshold = dt.date(2026, 3, 1), 2, (1, 3, 10), 4
+    end = start + dt.timedelta(days=days - 1)
+    generate(tmp_path / "data", start, days, queries_per_day=400, seed=5, dirty=True)
+    job = duckdb_reference.Job(
+        tmp_path / "data" / "served_logs",
+        tmp_path / "data" / "clusters_parquet",
+        start,
+        end,
+        ks,
+        threshold,
+        tmp_path / "out",
+    )
+    duckdb_reference.run(job)
+    rows = ds.dataset(job.served_logs, format="parquet", partitioning="hive").to_table()
+    clusters = [(r["chunk_id"], r["cluster_id"]) for r in pq.read_table(job.clusters).to_pylist()]
+    source = rows.to_pylist()
+
+    expected = reference.by_query(source, clusters, ks, start, end)
+    actual = pq.read_table(tmp_path / "out" / duckdb_reference.BY_QUERY_FILE).to_pylist()
+    assert len(expected) == len(actual) > 0
+    assert len(source) > len(expected) // len(ks)  # the data has redelivered copies
+    columns = ("metric_date", "request_id", "k", "unique_clusters", "results")
+    assert sorted(tuple(r[c] for c in (*columns, "missing_cluster_results")) for r in actual) == [
+        tuple(r[c] for c in (*columns, "missing_cluster_results")) for r in expected
+    ]
+    assert any(r["missing_cluster_results"] for r in expected)  # the data has absent chunks
+    expected_daily = reference.daily(source, clusters, ks, threshold, start, end)
+    actual_daily = pq.read_table(tmp_path / "out" / duckdb_reference.DAILY_FILE).to_pylist()
+    assert actual_daily == [{c: r[c] for c in actual_daily[0]} for r in expected_daily]
