@@ -7,6 +7,7 @@ the key (`ConfigError`, exit status 2).
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -85,6 +86,16 @@ class ServedLogsInput(_Section):
             "says the day's logs have all landed: `run` exits 5 for a day without it, "
             "`backfill` computes only the days that have it, `logmetrics ready` asks alone. "
             "Null: no marker is expected. Needs a date-partitioned layout."
+        ),
+    )
+
+    allow_empty_days: bool = Field(
+        default=False,
+        description=(
+            "A source with real quiet days: a day no log file holds a row of is computed (a "
+            "day of 0 queries) instead of not ready (exit 5), and a day without a valid row "
+            "passes `non_empty_day` instead of failing it. Off: an empty day is never "
+            "published by accident."
         ),
     )
 
@@ -332,6 +343,7 @@ class QualitySeverity(_Section):
     volume: Severity = "warning"
     consistent_duplicates: Severity = "warning"
     readable_inputs: Severity = "blocking"
+    non_empty_day: Severity = "blocking"
 
 
 class QualityConfig(_Section):
@@ -619,6 +631,7 @@ class Config(_Section):
         relevant = self.model_dump(include=sections, mode="json")
         if relevant["inputs"].get("served_logs"):  # when a day is ready, not what it holds
             del relevant["inputs"]["served_logs"]["ready_marker"]
+            del relevant["inputs"]["served_logs"]["allow_empty_days"]
         # What the detector measured is shown beside the numbers; it changes none of them.
         del relevant["inputs"]["calibration"]
         del relevant["inputs"]["clusters"]["detector"]
@@ -673,6 +686,25 @@ def _parse_override(text: str) -> dict[str, Any]:
     return nested
 
 
+def _did_you_mean(loc: Sequence[int | str]) -> str:
+    """`; did you mean 'threshold'?` for a misspelt key, from the keys its section has."""
+    model: Any = Config
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        inner = field.annotation if field is not None else None
+        found = [
+            t
+            for t in (inner, *getattr(inner, "__args__", ()))
+            if isinstance(t, type) and issubclass(t, BaseModel)
+        ]
+        if not found:
+            return ""
+        model = found[0]
+    known = [f.alias or name for name, f in model.model_fields.items()]
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in update.items():
@@ -687,9 +719,11 @@ def _first_error(exc: ValidationError) -> str:
     error = exc.errors()[0]
     where = ".".join(str(part) for part in error["loc"]) or "config"
     if error["type"] == "extra_forbidden":
-        return f"{where}: unknown key"
+        return f"{where}: unknown key{_did_you_mean(error['loc'])}"
     if error["type"] == "missing":
         return f"{where}: required key is missing"
+    if error["type"] in ("tuple_type", "list_type") and len(error["loc"]) >= 2:
+        return f"{where}: must be a list, e.g. [5, 10] (got {error.get('input')!r})"
     message = str(error["msg"]).removeprefix("Value error, ")
     if tuple(error["loc"][:2]) == ("spark", "conf"):  # the input may hold a secret
         return f"{where}: {message}"

@@ -380,7 +380,12 @@ DATA_QUALITY = StructType(
     [
         _field("metric_date", DateType(), "The day checked.", False),
         _field("check", StringType(), "Check name, e.g. missing_cluster_rate.", False),
-        _field("success", BooleanType(), "Whether the day passed the check.", False),
+        _field(
+            "success",
+            BooleanType(),
+            "Whether the day passed the check; null when it was not judged (nothing to judge: "
+            "a volume without trailing days to compare with; why in `details`.not_judged).",
+        ),
         _field("observed_value", DoubleType(), "The day's value (null when undefined)."),
         _field("threshold", DoubleType(), "The bound the value is held to."),
         _field("severity", StringType(), "blocking (keeps a day unpublished) or warning.", False),
@@ -459,7 +464,11 @@ JOB_RUNS = StructType(
             StringType(),
             "The cluster table's state: its Delta version (v<n>), or a hash of its file listing.",
         ),
-        _field("error", StringType(), "On `failed`: the error's one line."),
+        _field(
+            "error",
+            StringType(),
+            "On `failed`: the error's one line; on `held`: the blocking checks that failed.",
+        ),
     ]
 )
 

@@ -70,6 +70,7 @@ def test_a_clean_day_passes_every_check() -> None:
         "volume": 1.0,
         "consistent_duplicates": 0.0,
         "readable_inputs": 0.0,
+        "non_empty_day": 1000.0,
     }
 
 
@@ -100,13 +101,18 @@ def test_malformed_rate_fails_above_and_passes_at_the_threshold() -> None:
     assert (passed.success, passed.observed_value) == (True, 0.001)
 
 
-def test_rates_with_a_zero_denominator_are_none_and_pass() -> None:
+def test_rates_with_a_zero_denominator_are_not_judged() -> None:
+    """A rate of nothing is not judged: null success and why, not a pass (the bug: None
+    passing as a success, which counts the day as checked)."""
     facts = _facts(_day(valid_entries=0, missing_entries=7, rows_read=0, malformed_rows=0))
     results = evaluate(facts, QualityConfig(max_missing_cluster_rate=0.0, max_malformed_rate=0.0))
-    for check in ("missing_cluster_rate", "malformed_rate"):
+    for check, why in (
+        ("missing_cluster_rate", "no valid entry to take a share of"),
+        ("malformed_rate", "no row read to take a share of"),
+    ):
         result = _result(results, check)
-        assert result.observed_value is None
-        assert result.success
+        assert (result.success, result.observed_value) == (None, None)
+        assert json.loads(result.details)["not_judged"] == why
 
 
 @pytest.mark.parametrize(("check", "column"), COUNT_CHECKS)
@@ -144,16 +150,42 @@ def test_volume_with_history() -> None:
 
 
 @pytest.mark.parametrize("mean", [None, math.nan, 0.0])
-def test_volume_without_history_is_none_and_passes(mean: float | None) -> None:
+def test_volume_without_history_is_not_judged(mean: float | None) -> None:
+    """No trailing day to compare with: the volume is not judged (null success, null observed
+    value, the reason in the details), never a pass with NaN."""
     other = DAY + dt.timedelta(days=1)
     facts = _facts(_day(DAY, queries=0, trailing_queries_mean=mean), _day(other, queries=0))
     results = evaluate(facts, QualityConfig(min_volume_ratio=0.5))
 
     volume = _result(results, "volume", DAY)
-    assert (volume.success, volume.observed_value) == (True, None)
+    assert (volume.success, volume.observed_value) == (None, None)
+    assert json.loads(volume.details)["not_judged"] == (
+        "no day with queries in the trailing window to compare with"
+    )
     # A day with history and no queries at all is a volume drop.
     assert _result(results, "volume", other).observed_value == 0.0
     assert not _result(results, "volume", other).success
+
+
+def test_a_day_without_a_query_fails_non_empty_day_unless_empty_days_are_allowed() -> None:
+    """No valid row: the blocking `non_empty_day` fails (the bug it catches: a zero day
+    published as real), and passes where the source has real quiet days."""
+    empty = DAY + dt.timedelta(days=1)
+    facts = _facts(_day(DAY), _day(empty, queries=0, rows_read=3, malformed_rows=3))
+    strict = evaluate(facts, QualityConfig())
+    assert (
+        _result(strict, "non_empty_day", DAY).success,
+        _result(strict, "non_empty_day").threshold,
+    ) == (
+        True,
+        1.0,
+    )
+    failed = _result(strict, "non_empty_day", empty)
+    assert (failed.success, failed.observed_value, failed.severity) == (False, 0.0, "blocking")
+    allowed = _result(
+        evaluate(facts, QualityConfig(), allow_empty_days=True), "non_empty_day", empty
+    )
+    assert (allowed.success, allowed.observed_value, allowed.threshold) == (True, 0.0, 0.0)
 
 
 def test_severity_comes_from_the_config() -> None:
@@ -186,7 +218,7 @@ def test_details_is_gx_result_summary_as_json() -> None:
     for result in results:
         details = json.loads(result.details)
         assert details["expectation_type"] == "expect_column_values_to_be_between"
-        assert details["day_unexpected"] is (not result.success)
+        assert details["day_unexpected"] is (result.success is False)
 
 
 def test_results_are_complete_and_sorted() -> None:

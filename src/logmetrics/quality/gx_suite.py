@@ -1,7 +1,7 @@
 """The data-quality gates, declared as one great-expectations suite over the per-day facts.
 
 Each row of `facts` is one UTC day's counts from one pass over the served logs. The gates are
-expectations on columns of that frame (three of them derived rates, six plain counts), run as
+expectations on columns of that frame (three of them derived rates, seven plain counts), run as
 ONE GX validation over all days at once; the result format lists the failing rows by
 `metric_date`, so each day's verdict comes from GX's own unexpected-index list. The observed
 values are computed here in plain Python floats (exact, reproducible by an independent check),
@@ -49,7 +49,11 @@ CHECKS: tuple[str, ...] = (
     "volume",
     "consistent_duplicates",
     "readable_inputs",
+    "non_empty_day",
 )
+
+AT_LEAST: frozenset[str] = frozenset({"volume", "non_empty_day"})
+"""The checks whose threshold is a lower bound (the others' is an upper one)."""
 
 FACT_COLUMNS: tuple[str, ...] = (
     "metric_date",
@@ -83,7 +87,7 @@ class CheckResult:
 
     metric_date: datetime.date
     check: str  # one of CHECKS
-    success: bool
+    success: bool | None  # None: not judged (nothing to judge: `_Gate.not_judged`)
     observed_value: float | None
     threshold: float | None
     severity: str  # "blocking" | "warning", from QualityConfig.severity
@@ -99,6 +103,7 @@ class _Gate:
     min_value: float | None
     max_value: float | None
     observe: Callable[[Mapping[str, Any]], float | None]
+    not_judged: str = ""  # why a day's observed value can be undefined (null)
 
     @property
     def threshold(self) -> float:
@@ -106,10 +111,10 @@ class _Gate:
         assert bound is not None
         return bound
 
-    def passes(self, observed: float | None) -> bool:
-        """The pass rule in plain Python (None passes: nothing to judge)."""
+    def passes(self, observed: float | None) -> bool | None:
+        """The pass rule in plain Python; None when there is nothing to judge."""
         if observed is None:
-            return True
+            return None
         if self.min_value is not None and not observed >= self.min_value:
             return False
         return self.max_value is None or observed <= self.max_value
@@ -126,7 +131,9 @@ def _volume_ratio(row: Mapping[str, Any]) -> float | None:
     return int(row["queries"]) / float(mean)
 
 
-def _gates(max_missing: float, max_malformed: float, min_volume: float) -> tuple[_Gate, ...]:
+def _gates(
+    max_missing: float, max_malformed: float, min_volume: float, min_queries: float
+) -> tuple[_Gate, ...]:
     """The checks, in CHECKS order."""
 
     def count(column: str) -> Callable[[Mapping[str, Any]], float | None]:
@@ -139,6 +146,7 @@ def _gates(max_missing: float, max_malformed: float, min_volume: float) -> tuple
             None,
             max_missing,
             lambda row: _ratio(int(row["missing_entries"]), int(row["valid_entries"])),
+            "no valid entry to take a share of",
         ),
         _Gate(
             "malformed_rate",
@@ -146,6 +154,7 @@ def _gates(max_missing: float, max_malformed: float, min_volume: float) -> tuple
             None,
             max_malformed,
             lambda row: _ratio(int(row["malformed_rows"]), int(row["rows_read"])),
+            "no row read to take a share of",
         ),
         _Gate("positive_ranks", "non_positive_ranks", 0.0, 0.0, count("non_positive_ranks")),
         _Gate(
@@ -159,7 +168,14 @@ def _gates(max_missing: float, max_malformed: float, min_volume: float) -> tuple
             count("cluster_duplicate_chunk_ids"),
         ),
         _Gate("non_empty_cluster_ids", "cluster_empty_ids", 0.0, 0.0, count("cluster_empty_ids")),
-        _Gate("volume", "volume_ratio", min_volume, None, _volume_ratio),
+        _Gate(
+            "volume",
+            "volume_ratio",
+            min_volume,
+            None,
+            _volume_ratio,
+            "no day with queries in the trailing window to compare with",
+        ),
         _Gate(
             "consistent_duplicates",
             "conflicting_requests",
@@ -168,8 +184,10 @@ def _gates(max_missing: float, max_malformed: float, min_volume: float) -> tuple
             count("conflicting_requests"),
         ),
         _Gate("readable_inputs", "corrupt_inputs", 0.0, 0.0, count("corrupt_inputs")),
+        _Gate("non_empty_day", "queries", min_queries, None, count("queries")),
     )
     assert tuple(g.check for g in gates) == CHECKS
+    assert {g.check for g in gates if g.max_value is None} == AT_LEAST
     return gates
 
 
@@ -204,16 +222,18 @@ def _engine() -> _Engine:
 
 
 @functools.cache
-def _suite(max_missing: float, max_malformed: float, min_volume: float) -> ExpectationSuite:
+def _suite(
+    max_missing: float, max_malformed: float, min_volume: float, min_queries: float
+) -> ExpectationSuite:
     """One expectation per check, tagged with the check's name in its meta."""
     context = _engine().context  # GX wants a context before a suite takes expectations
     import great_expectations as gx
 
     suite = gx.ExpectationSuite(
         name=f"logmetrics_quality(missing<={max_missing!r},malformed<={max_malformed!r},"
-        f"volume>={min_volume!r})"
+        f"volume>={min_volume!r},queries>={min_queries!r})"
     )
-    for gate in _gates(max_missing, max_malformed, min_volume):
+    for gate in _gates(max_missing, max_malformed, min_volume, min_queries):
         suite.add_expectation(
             gx.expectations.ExpectColumnValuesToBeBetween(
                 column=gate.column,
@@ -228,8 +248,13 @@ def _suite(max_missing: float, max_malformed: float, min_volume: float) -> Expec
 # --- evaluation -----------------------------------------------------------------------------
 
 
-def evaluate(facts: pd.DataFrame, quality: QualityConfig) -> list[CheckResult]:
-    """One CheckResult per (day, check), sorted by (metric_date, CHECKS order)."""
+def evaluate(
+    facts: pd.DataFrame, quality: QualityConfig, allow_empty_days: bool = False
+) -> list[CheckResult]:
+    """One CheckResult per (day, check), sorted by (metric_date, CHECKS order). A day with no
+    query fails `non_empty_day` unless `allow_empty_days` (a source with quiet days); a check
+    whose value is undefined that day (a volume without trailing days to compare with) is not
+    judged: success None, and why in its details."""
     absent = [c for c in FACT_COLUMNS if c not in facts.columns]
     if absent:
         raise ValueError(f"facts lack column(s) {absent}")
@@ -239,6 +264,7 @@ def evaluate(facts: pd.DataFrame, quality: QualityConfig) -> list[CheckResult]:
         float(quality.max_missing_cluster_rate),
         float(quality.max_malformed_rate),
         float(quality.min_volume_ratio),
+        0.0 if allow_empty_days else 1.0,
     )
     gates = _gates(*thresholds)
     days = [_as_date(value) for value in facts[_DATE]]
@@ -271,13 +297,16 @@ def evaluate(facts: pd.DataFrame, quality: QualityConfig) -> list[CheckResult]:
         unexpected = _unexpected_days(gx_result)
         summary = _summary(gx_result)
         for day, value in zip(days, observed[gate.check], strict=True):
-            success = day not in unexpected
-            if success != gate.passes(value):
+            judged = day not in unexpected
+            success = gate.passes(value)
+            if success is not None and judged != success:
                 raise RuntimeError(
                     f"GX and the pass rule disagree on {gate.check} for {day}: "
-                    f"GX success={success}, observed={value!r}, threshold={gate.threshold!r}"
+                    f"GX success={judged}, observed={value!r}, threshold={gate.threshold!r}"
                 )
-            details = {**summary, "day_unexpected": not success, "observed_value": value}
+            details = {**summary, "day_unexpected": not judged, "observed_value": value}
+            if success is None:
+                details["not_judged"] = gate.not_judged
             results.append(
                 CheckResult(
                     metric_date=day,

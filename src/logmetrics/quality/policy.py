@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from logmetrics.quality.gx_suite import CheckResult
+from logmetrics.quality.gx_suite import AT_LEAST, CHECKS, CheckResult
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ def verdicts(dates: Sequence[dt.date], checks: Iterable[CheckResult]) -> list[Da
     failed: dict[dt.date, list[CheckResult]] = {d: [] for d in dates}
     warned: dict[dt.date, list[CheckResult]] = {d: [] for d in dates}
     for check in checks:
-        if not check.success:
+        if check.success is False:  # None: not judged, nothing against the day
             target = failed if check.severity == "blocking" else warned
             target[check.metric_date].append(check)
     return [DayVerdict(d, tuple(failed[d]), tuple(warned[d])) for d in dates]
@@ -36,3 +36,36 @@ def describe(check: CheckResult) -> str:
     observed = "null" if check.observed_value is None else f"{check.observed_value:.6g}"
     threshold = "" if check.threshold is None else f" (threshold {check.threshold:g})"
     return f"{check.metric_date} {check.check} = {observed}{threshold}"
+
+
+def failing_checks(day_verdicts: Sequence[DayVerdict], blocking: bool) -> list[str]:
+    """One line per check that failed on any of the days, collapsed across them:
+    `unique_cluster_chunk_ids failed on 31 of 31 days (observed 10, max 0)`, naming the days
+    when they are few; warnings, and with `blocking` the blocking checks too. In CHECKS
+    order."""
+    failed: dict[str, list[CheckResult]] = {}
+    for verdict in day_verdicts:
+        for check in (
+            (*verdict.blocking_failures, *verdict.warnings) if blocking else (verdict.warnings)
+        ):
+            failed.setdefault(check.check, []).append(check)
+    lines = []
+    for name in (c for c in CHECKS if c in failed):
+        checks = failed[name]
+        values = sorted(c.observed_value for c in checks if c.observed_value is not None)
+        observed = (
+            "null"
+            if not values
+            else f"{values[0]:.3g}"
+            if values[0] == values[-1]
+            else f"{values[0]:.3g} to {values[-1]:.3g}"
+        )
+        bound = "min" if name in AT_LEAST else "max"
+        threshold = "" if checks[0].threshold is None else f", {bound} {checks[0].threshold:g}"
+        days = sorted(c.metric_date for c in checks)
+        named = f": {', '.join(map(str, days))}" if len(days) <= 3 else ""
+        lines.append(
+            f"{name} failed on {len(days)} of {len(day_verdicts)} days{named} "
+            f"(observed {observed}{threshold}; {checks[0].severity})"
+        )
+    return lines

@@ -23,6 +23,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TypeVar
 
 from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
@@ -62,6 +63,7 @@ class Table:
     schema: StructType
     comment: str
     partition_by: tuple[str, ...] = ()
+    relaxed: tuple[str, ...] = ()  # columns once NOT NULL: `ensure_table` drops it on old tables
 
 
 BY_QUERY_TABLE = Table(
@@ -106,6 +108,7 @@ DATA_QUALITY_TABLE = Table(
     "data_quality",
     DATA_QUALITY,
     "One row per (metric_date, check): the data-quality gates, pass or fail.",
+    relaxed=("success",),  # null: not judged
 )
 QUARANTINE_TABLE = Table(
     "quarantine",
@@ -244,10 +247,12 @@ def ensure_table(spark: SparkSession, ref: TableRef) -> None:
     Delta's SQL extension, while the DeltaTable API needs the Delta Connect server plugin."""
     if str(ref) in _ENSURED:
         return
+    table = ref.table
+    if table.relaxed:
+        _relax_columns(spark, ref)
     if ref.location is not None and _is_local_delta_table(ref.location):
         _ENSURED.add(str(ref))  # a local path we can look at: no statement for nothing
         return
-    table = ref.table
     columns = ", ".join(_column_ddl(field) for field in table.schema.fields)
     partitioned = f" PARTITIONED BY ({', '.join(table.partition_by)})" if table.partition_by else ""
     properties = f" TBLPROPERTIES ({_properties_sql(ref)})" if ref.properties else ""
@@ -257,6 +262,24 @@ def ensure_table(spark: SparkSession, ref: TableRef) -> None:
     )
     _retry_conflicts(lambda: spark.sql(statement), f"create {ref}")
     _ENSURED.add(str(ref))
+
+
+def _relax_columns(spark: SparkSession, ref: TableRef) -> None:
+    """Drop NOT NULL from the table's `relaxed` columns where a table written by an older
+    logmetrics still has it (one commit, once), so that a null the schema now allows can be
+    written."""
+    if ref.name is not None:
+        existing = spark.read.table(ref.name) if spark.catalog.tableExists(ref.name) else None
+    else:
+        existing = read_delta_path(spark, str(ref.location))
+    if existing is None:
+        return
+    fields = {f.name: f for f in existing.schema.fields}
+    for column in ref.table.relaxed:
+        if column in fields and not fields[column].nullable:
+            statement = f"ALTER TABLE {sql_target(ref)} ALTER COLUMN `{column}` DROP NOT NULL"
+            _retry_conflicts(partial(spark.sql, statement), f"relax {ref}.{column}")
+            log.info("%s: column %s may now be null", ref, column)
 
 
 def apply_table_properties(spark: SparkSession, output: OutputConfig, table: Table) -> bool:
