@@ -96,3 +96,12 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         session = builder.getOrCreate()
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _run_logs_in_a_temp_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The run log file of every command a test runs in this process goes to a temp dir, not
+    to the checkout's logs/."""
+    from logmetrics import cli
+
+    cli._LOG_ROOT = tmp_path_factory.mktemp("run-logs")

@@ -243,8 +243,15 @@ def test_alerts_command_exit_codes_and_output(
 
     assert alerts(FIRST_JUDGED, END, "--fail-on-alert") == 4
     out, err = capsys.readouterr()
-    lines = [line for line in out.splitlines() if not line.startswith("  #")]
-    assert len(lines) == len(before[before.status.isin(["alert", "improvement"])])
+    lines = [line for line in out.splitlines() if line.startswith(("ALERT ", "IMPROVEMENT "))]
+    fired = before[before.status.isin(["alert", "improvement"])]
+    assert len(set(lines)) == len(lines) == len(fired)  # each said once, and only on stdout
+    assert not any("ALERT " in line or "IMPROVEMENT " in line for line in err.splitlines())
+    alerts = int((fired.status == "alert").sum())
+    assert out.splitlines()[-1] == (
+        f"{FIRST_JUDGED}..{END}: {before.metric_date.nunique()} day(s) judged, {alerts} "
+        f"alert(s), {len(fired) - alerts} improvement(s)"
+    )
     assert f"ALERT {REGRESSED} surface=app k=10 share_at_or_below_threshold: " in out
     assert f"IMPROVEMENT {IMPROVED} surface=web k=10 mean: " in out
     assert all(" vs baseline " in line and " ± " in line for line in lines)

@@ -70,7 +70,7 @@ def test_backfill_in_a_fresh_process_then_a_missing_column(tmp_path: Path) -> No
         env=_path_with_a_foreign_python3(tmp_path),
     )
     assert ok.returncode == 0, ok.stderr
-    assert "2/2 days done" in ok.stderr
+    assert "2/2 days done" in ok.stdout
     assert (tmp_path / "wh" / "unique_clusters_daily" / "_delta_log").is_dir()
     assert list((tmp_path / "logs").glob("spark-*.log"))  # the JVM's output went to the log
     assert ":: resolution report ::" not in ok.stderr + ok.stdout

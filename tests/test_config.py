@@ -144,9 +144,12 @@ def test_fingerprint_changes_with_what_changes_numbers(config_file: Path) -> Non
     ("argv", "message"),
     [
         (["backfill", "--start", "2026-01-05", "--end", "2026-01-01"], "is after --end"),
-        (["backfill", "--start", "2026-13-01", "--end", "2026-01-01"], "not a valid date"),
+        (
+            ["backfill", "--start", "2026-13-01", "--end", "2026-01-01"],
+            "'2026-13-01' is not a date (YYYY-MM-DD)",
+        ),
         (["backfill", "--start", "05/01/2026", "--end", "2026-01-01"], "not a date"),
-        (["run", "--date", "2026-02-30"], "'2026-02-30' is not a valid date"),
+        (["run", "--date", "2026-02-30"], "'2026-02-30' is not a date (YYYY-MM-DD)"),
         (["run", "--date", "2026-2-1"], "'2026-2-1' is not a date (YYYY-MM-DD)"),
         (["backfill", "--start", "2026-01-01", "--end", "2026-01-01T00"], "not a date"),
         (["run", "--date", "2026-01-01\n--set x.y=1"], "not a date"),

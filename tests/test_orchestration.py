@@ -179,7 +179,8 @@ def _spawn(
     end: dt.date = END,
     log_level: str = "INFO",
 ) -> subprocess.Popen[str]:
-    argv = ["--log-level", log_level, *_backfill_argv(config, start, end), *extra]
+    argv = ["--log-level", log_level, "--log-format", "json"]
+    argv += [*_backfill_argv(config, start, end), *extra]  # every record on stderr
     return subprocess.Popen(
         [sys.executable, "-m", "logmetrics.cli", *argv],
         cwd=config.parent,
@@ -210,7 +211,7 @@ def uninterrupted(
 @pytest.mark.parametrize(
     ("moment", "pattern", "occurrence", "delay"),
     [
-        ("while reading the logs", rf"computing {DAYS} day\(s\)", 1, 1.0),
+        ("while reading the logs", rf"computing {START}", 1, 1.0),
         ("during a Delta commit", "writing .*unique_clusters_daily", 2, 0.2),
         ("between days", ": published,", 2, 0.0),
     ],

@@ -1,23 +1,9 @@
-"""Command line: argument parsing, logging, exit codes. The only place that knows "yesterday".
+"""The face: argument parsing, logging, exit codes; the only place that knows "yesterday".
 
-    logmetrics run      --config FILE [--date YYYY-MM-DD]        one day (default: yesterday, UTC),
-                                                   and restate the nightly.lookback_days before it
-                        [--day-before YYYY-MM-DD]                 or the day before a trigger date
-    logmetrics backfill --config FILE --start D1 --end D2        an inclusive range, in chunks
-    logmetrics ready    --config FILE [--date YYYY-MM-DD]        have the day's logs all landed?
-    logmetrics generate --out DIR --start D --days N --queries-per-day Q --seed S
-    logmetrics report   --config FILE [--start D1 --end D2] --out DIR   PNGs + index.html
-    logmetrics demo                                              generate, backfill, print, report
-    logmetrics evaluate --config FILE                            judged runs: recall, nDCG, clusters
-    logmetrics maintain --config FILE [--no-vacuum]              OPTIMIZE and VACUUM every table
-    logmetrics alerts   --config FILE --start D1 --end D2 [--fail-on-alert]
-                                                   re-judge published days against their baselines
-                        (or --day-before D: the one day before D)
-    logmetrics views    --config FILE                            the BI views; table properties
-
-Exit status: 0 success, 1 bad input or a failed run, 2 bad config or command line, 3 a day
-failed a blocking data-quality check, 4 `alerts --fail-on-alert` found an alert in its range,
-5 a day's input is not ready (its `inputs.served_logs.ready_marker` is missing).
+Every command parses here, loads its config (`--config`, or the search in `_config_files`),
+sets up the run's logging (the human summary on the terminal, every record in the run's log
+file: `_setup_logging`) and maps errors to one line and an exit status (`EPILOG`). The work is
+in `flows`; this module only decides which days and reports the outcome.
 """
 
 from __future__ import annotations
@@ -26,16 +12,19 @@ import argparse
 import datetime as dt
 import json
 import logging
+import os
 import re
 import sys
 import time
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from logmetrics.config import Config, load_config
+from logmetrics.console import duration, is_console, say
 from logmetrics.errors import (
     AlertsFired,
     ConfigError,
@@ -48,9 +37,15 @@ from logmetrics.errors import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from logmetrics.flows.backfill import RunSummary
+    from logmetrics.flows.inputs import DayFiles
+
 log = logging.getLogger("logmetrics")
 
-DEMO_CONFIG = "conf/local.yaml"
+CONFIG_ENV = "LOGMETRICS_CONFIG"
+CONFIG_SEARCH = ("conf/local.yaml", "logmetrics.yaml")
+"""Where a command looks for its config without --config, after $LOGMETRICS_CONFIG (relative
+to the working directory)."""
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
@@ -90,8 +85,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
+DESCRIPTION = """\
+logmetrics counts the distinct near-duplicate clusters in every served top-k list
+(unique-clusters@k), and publishes exact daily distributions, quality checks and alerts as
+Delta tables."""
+
+EPILOG = f"""\
+The config: --config FILE (repeatable; later files win), else ${CONFIG_ENV}, else
+./conf/local.yaml or ./logmetrics.yaml. --set section.key=value overrides one key.
+
+Exit status: 0 done; 1 bad input or a failed run; 2 bad config or command line; 3 a day
+failed a blocking data-quality check and was not published; 4 `alerts --fail-on-alert`
+found an alert; 5 a day's logs are not ready (no files yet, or no ready marker).
+
+Run `logmetrics COMMAND --help` for a command's options. Docs: README.md, docs/."""
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = _ArgumentParser(prog="logmetrics", description=__doc__.split("\n\n")[0])
+    parser = _ArgumentParser(
+        prog="logmetrics",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
@@ -101,13 +117,25 @@ def _parser() -> argparse.ArgumentParser:
         choices=["text", "json"],
         help="json: one JSON object per line, for log shippers",
     )
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
+    commands = parser.add_subparsers(
+        dest="command",
+        required=True,
+        title="commands",
+        metavar="COMMAND",
+        parser_class=_ArgumentParser,
+    )
 
     run = commands.add_parser("run", help="compute one day (the nightly job)")
     _config_arguments(run)
     day = run.add_mutually_exclusive_group()
     day.add_argument("--date", type=_date, help="UTC date to compute (default: yesterday, UTC)")
     _day_before_argument(day)
+    run.add_argument(
+        "--force",
+        action="store_true",
+        help="recompute the day even when the run ledger has it as published from the same "
+        "inputs and config",
+    )
     run.set_defaults(handler=_cmd_run)
 
     ready = commands.add_parser(
@@ -207,11 +235,17 @@ def _parser() -> argparse.ArgumentParser:
         "on the tables that exist",
     )
     _config_arguments(views)
+    views.add_argument(
+        "--sql-out",
+        default="views.sql",
+        metavar="FILE",
+        help="where the views' SQL goes when this session cannot keep them (no metastore); "
+        "default views.sql",
+    )
     views.set_defaults(handler=_cmd_views)
 
     demo = commands.add_parser("demo", help="generate a month of traffic, backfill it, print it")
-    demo.add_argument("--config", action="append", default=None, help=f"default {DEMO_CONFIG}")
-    demo.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    _config_arguments(demo)
     demo.add_argument("--days", type=_positive_int, default=30)
     demo.add_argument("--queries-per-day", type=_positive_int, default=2000)
     demo.set_defaults(handler=_cmd_demo)
@@ -246,9 +280,9 @@ def _config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         action="append",
-        required=True,
         metavar="FILE",
-        help="YAML config; repeat to layer files (later ones win)",
+        help="YAML config; repeat to layer files (later ones win). Default: "
+        f"${CONFIG_ENV}, else the first of {', '.join(CONFIG_SEARCH)} that exists",
     )
     parser.add_argument(
         "--set",
@@ -307,12 +341,12 @@ def _check_range(start: dt.date | None, end: dt.date | None) -> None:
 
 
 def _date(text: str) -> dt.date:
-    if not _DATE.match(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)")
     try:
-        day = dt.date.fromisoformat(text)
+        day = dt.date.fromisoformat(text) if _DATE.match(text) else None
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a valid date") from None
+        day = None
+    if day is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)")
     if day == dt.date.max:  # a day's window ends at the next midnight, which does not exist
         raise argparse.ArgumentTypeError(f"{text!r} is after the last date a run can compute")
     return day
@@ -371,25 +405,92 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def _setup_logging(level: str, log_format: str, run_id: str) -> None:
-    """Our records go to stderr, one line each with the run id; json for log shippers."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_RunId(run_id))
-    if log_format == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(
-            logging.Formatter(
-                "%(asctime)s %(levelname)s [run %(run_id)s] %(name)s: %(message)s",
-                datefmt="%Y-%m-%dT%H:%M:%S",
+class _TerminalWarnings(logging.Formatter):
+    """`warning: ...`: a warning or an error that is not a line of the human summary."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
+_FULL_FORMAT = "%(asctime)s %(levelname)s [run %(run_id)s] %(name)s: %(message)s"
+_LOG_ROOT: Path | None = None  # where run logs go instead of spark.log_dir (the test suite's)
+
+
+@dataclass
+class _Logging:
+    """The handlers of this process's run: the terminal's and the run's log file."""
+
+    run_id: str
+    terminal_warnings: logging.Handler | None = None
+    log_file: logging.FileHandler | None = None
+
+    def use_log_dir(self, log_dir: str | None) -> None:
+        """The run's log file under `log_dir` (`spark.log_dir`); with none, every record goes
+        to the terminal instead, once, as `spark.log_dir: null` sends the JVM's there."""
+        if self.terminal_warnings is None:  # JSON on stderr already has every record
+            return
+        root = logging.getLogger("logmetrics")
+        if self.log_file is not None:
+            root.removeHandler(self.log_file)
+            self.log_file.close()
+            self.log_file = None
+        directory = _LOG_ROOT or (Path(log_dir) if log_dir else None)
+        if directory is None:
+            self.terminal_warnings.setLevel(logging.DEBUG)
+            self.terminal_warnings.setFormatter(
+                logging.Formatter(_FULL_FORMAT, datefmt="%Y-%m-%dT%H:%M:%S")
             )
-        )
-    handler._logmetrics = True  # type: ignore[attr-defined]
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(directory / f"logmetrics-{self.run_id}.log", delay=True)
+        handler.addFilter(_RunId(self.run_id))
+        handler.setFormatter(logging.Formatter(_FULL_FORMAT, datefmt="%Y-%m-%dT%H:%M:%S"))
+        handler._logmetrics = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+        self.log_file = handler
+
+    def log_path(self) -> str | None:
+        """The run's log file, once something was written to it."""
+        handler = self.log_file
+        if handler is None or handler.stream is None:
+            return None
+        relative = os.path.relpath(handler.baseFilename)
+        return handler.baseFilename if relative.startswith("..") else relative
+
+
+_LOGGING = _Logging(run_id="")
+
+
+def _setup_logging(level: str, log_format: str, run_id: str) -> None:
+    """text: the human summary (`console.say`'s lines) on stdout, other warnings and errors on
+    stderr, and every record, once, in the run's log file (`_Logging.use_log_dir`: under
+    `logs/` until the config names `spark.log_dir`); json: every record, once, as one JSON
+    object per line on stderr, for log shippers. Each line carries the run id."""
+    global _LOGGING
     root = logging.getLogger("logmetrics")
     for old in [h for h in root.handlers if getattr(h, "_logmetrics", False)]:
         root.removeHandler(old)
-    root.addHandler(handler)
+        old.close()
     root.setLevel(getattr(logging, level))
+    _LOGGING = _Logging(run_id=run_id)
+    if log_format == "json":
+        handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+        handlers[0].setFormatter(_JsonFormatter())
+    else:
+        summary = logging.StreamHandler(sys.stdout)
+        summary.addFilter(is_console)
+        summary.setFormatter(logging.Formatter("%(message)s"))
+        warnings = logging.StreamHandler(sys.stderr)
+        warnings.setLevel(logging.WARNING)
+        warnings.addFilter(lambda record: not is_console(record))
+        warnings.setFormatter(_TerminalWarnings())
+        handlers = [summary, warnings]
+        _LOGGING.terminal_warnings = warnings
+    for handler in handlers:
+        handler.addFilter(_RunId(run_id))
+        handler._logmetrics = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    _LOGGING.use_log_dir("logs")
     for noisy in ("py4j", "great_expectations"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # PySpark logs every analysis error with its whole JVM stack trace to stderr; we report the
@@ -398,6 +499,30 @@ def _setup_logging(level: str, log_format: str, run_id: str) -> None:
 
     for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _config_files(args: argparse.Namespace) -> list[str]:
+    """--config's files; without it, $LOGMETRICS_CONFIG (files separated by the path
+    separator), else the first of CONFIG_SEARCH that exists."""
+    if args.config:
+        return list(args.config)
+    named = os.environ.get(CONFIG_ENV, "").strip()
+    if named:
+        return [part for part in named.split(os.pathsep) if part]
+    for candidate in CONFIG_SEARCH:
+        if Path(candidate).is_file():
+            return [candidate]
+    raise ConfigError(
+        f"no config: none of --config, ${CONFIG_ENV}, {', '.join(f'./{c}' for c in CONFIG_SEARCH)}"
+    )
+
+
+def _load_config(args: argparse.Namespace) -> Config:
+    """The command's config (`_config_files`), and the run's log file under its
+    `spark.log_dir`."""
+    config = load_config(_config_files(args), args.set)
+    _LOGGING.use_log_dir(config.spark.log_dir)
+    return config
 
 
 # --- commands -----------------------------------------------------------------------------
@@ -409,15 +534,16 @@ def _yesterday() -> dt.date:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     day = _run_day(args)
-    config = load_config(args.config, args.set)
+    config = _load_config(args)
     lookback = [day - dt.timedelta(days=i) for i in range(config.nightly.lookback_days, 0, -1)]
     start = lookback[0] if lookback else day
-    return _compute(config, start, day, args, always={day}, seen_only=lookback, required={day})
+    always = {day} if args.force else set()
+    return _compute(config, start, day, args, always=always, seen_only=lookback, required={day})
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
     _check_range(args.start, args.end)
-    config = load_config(args.config, args.set)
+    config = _load_config(args)
     from logmetrics.flows.backfill import considered_days
 
     always = considered_days(args.start, args.end) if args.force else ()
@@ -426,18 +552,51 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
 
 def _cmd_ready(args: argparse.Namespace) -> int:
     day = args.date or _yesterday()
-    config = load_config(args.config, args.set)
+    config = _load_config(args)
+    from logmetrics.tables.sources import check_inputs_exist
+
+    check_inputs_exist(config.inputs)
     missing = _not_ready(config, [day])
     if missing:
         raise InputNotReady(_not_ready_line(missing, "its logs have not all landed"))
-    print(f"{day}: ready")
+    if config.inputs.logs().ready_marker is not None:
+        print(f"{day}: ready")
+        return 0
+    from logmetrics.flows.inputs import NO_LOG_FILES
+
+    files = _day_files(config, day)
+    if files.files == 0 and not config.inputs.logs().allow_empty_days:
+        raise InputNotReady(
+            _not_ready_line(
+                {day: NO_LOG_FILES}, "no ready marker is configured, so its files were judged"
+            )
+        )
+    rows = "" if files.rows is None else f", {files.rows:,} rows in them by their footers"
+    print(
+        f"{day}: ready (no ready marker configured: judged by its files, {files.files} file(s) "
+        f"hold rows of it{rows})"
+    )
     return 0
+
+
+def _day_files(config: Config, day: dt.date) -> DayFiles:
+    """The log files holding rows of `day`: from local Parquet footers without Spark where they
+    can say, else by a narrow pass of a Spark session."""
+    from logmetrics.flows.inputs import day_files, footer_day_files
+
+    found = footer_day_files(config.inputs.logs(), day)
+    if found is not None:
+        return found
+    from logmetrics.session import get_spark
+
+    return day_files(get_spark(config.spark), config, day)
 
 
 def _not_ready(
     config: Config, days: list[dt.date], spark: SparkSession | None = None
 ) -> dict[dt.date, str]:
-    """The days whose ready marker is missing; a remote path starts (or uses) Spark to look."""
+    """The days whose ready marker is missing, each with why; a remote path starts (or uses)
+    Spark to look."""
     from logmetrics.tables.sources import missing_ready_markers, needs_spark_for_readiness
 
     source = config.inputs.logs()
@@ -445,14 +604,14 @@ def _not_ready(
         from logmetrics.session import get_spark
 
         spark = get_spark(config.spark)
-    return missing_ready_markers(source, days, spark)
+    return {d: f"no {path}" for d, path in missing_ready_markers(source, days, spark).items()}
 
 
 def _not_ready_line(missing: dict[dt.date, str], what_happened: str) -> str:
     days = sorted(missing)
     more = f" (and {len(days) - 1} more day(s) like it)" if len(days) > 1 else ""
     listed = ", ".join(map(str, days))
-    return f"input not ready: {listed}: no {missing[days[0]]}{more}; {what_happened}"
+    return f"input not ready: {listed}: {missing[days[0]]}{more}; {what_happened}"
 
 
 def _compute(
@@ -467,7 +626,8 @@ def _compute(
     """Compute start..end as `run_range` decides (`always`, `seen_only`: its arguments). Days
     whose logs are not ready are left alone: a `required` one (`run`'s date) stops the run
     before anything is computed (exit 5); days looked back on (`seen_only`) are skipped; a
-    backfill computes the ready days, then exits 5 naming the others."""
+    backfill computes the ready days, then exits 5 naming the others. The terminal gets the
+    failing checks, collapsed across days, and a closing line."""
     from logmetrics.flows.backfill import considered_days, run_range, scan_ahead
     from logmetrics.phases import Phases
     from logmetrics.quality.gx_suite import warm_up
@@ -503,10 +663,29 @@ def _compute(
         always=always,
         seen_only=seen_only,
         not_ready=set(not_ready),
+        required=required,
         scanned=scanned,
         phases=phases,
     )
+    not_ready = {**not_ready, **summary.not_ready}
+    _stop_if_not_ready(summary.not_ready, required, seen_only)
     log.info("where the time went: %s", phases.describe(), extra={"fields": phases.fields()})
+    _finish(config, summary, args, not_ready, seen_only)
+    return 0
+
+
+def _finish(
+    config: Config,
+    summary: RunSummary,
+    args: argparse.Namespace,
+    not_ready: Mapping[dt.date, str] | None = None,
+    seen_only: Collection[dt.date] = (),
+) -> None:
+    """After a run: the failing checks, collapsed across days, and the closing line on the
+    terminal; then exit 3 for days a blocking check held back, or 5 for days not ready."""
+    from logmetrics.quality.policy import failing_checks
+
+    not_ready = dict(not_ready or summary.not_ready)
     log.info(
         "run %s done: %d day(s), %d queries, cluster table version %s",
         args.run_id,
@@ -514,20 +693,66 @@ def _compute(
         summary.queries,
         summary.cluster_table_version,
     )
+    holding = config.quality.on_failure == "fail"
+    for line in failing_checks([day.verdict for day in summary.days], blocking=not holding):
+        say(log, line, logging.WARNING)
+    _closing_line(config, summary, not_ready, seen_only, args)
     failures = summary.failures()
-    if failures and config.quality.on_failure == "fail":
+    if failures and holding:
         held = "\n".join(f"  not published: {line}" for line in failures)
         raise QualityGateFailed(f"{len(failures)} day(s) failed a blocking quality check\n{held}")
-    for line in failures:
-        log.warning("quality check failed (published with dq_passed = false): %s", line)
-    not_ready = {d: p for d, p in not_ready.items() if d not in seen_only}
-    if not_ready:
-        raise InputNotReady(_not_ready_line(not_ready, "the other days were computed"))
-    return 0
+    waiting = {d: p for d, p in not_ready.items() if d not in seen_only}
+    if waiting:
+        raise InputNotReady(_not_ready_line(waiting, "the other days were computed"))
+
+
+def _closing_line(
+    config: Config,
+    summary: RunSummary,
+    not_ready: Mapping[dt.date, str],
+    seen_only: Collection[dt.date],
+    args: argparse.Namespace,
+) -> None:
+    """`done in 1m17s: 30 day(s) published, ...; 7 alert(s); tables in warehouse; log ...`."""
+    from logmetrics.tables.catalog import DAILY_TABLE, table_ref
+
+    published = sum(day.published for day in summary.days)
+    parts = [f"{published} day(s) published"]
+    held = len(summary.days) - published
+    waiting = [d for d in not_ready if d not in seen_only]
+    for count, what in (
+        (held, "held back by a blocking check"),
+        (len(summary.skipped), "skipped (already done)"),
+        (len(waiting), "not ready"),
+    ):
+        if count:
+            parts.append(f"{count} {what}")
+    fired = f"{summary.alerts} alert(s)" + (
+        f", {summary.improvements} improvement(s)" if summary.improvements else ""
+    )
+    where = table_ref(config.output, DAILY_TABLE)
+    tables = (
+        f"tables in {config.output.warehouse}"
+        if config.output.warehouse is not None and where.name is None
+        else f"tables in {str(where).rsplit('.', 1)[0]}"
+    )
+    logged = _LOGGING.log_path()
+    say(
+        log,
+        f"done in {duration(time.perf_counter() - args.started[1])}: {', '.join(parts)}; "
+        f"{fired}; {tables}" + (f"; log {logged}" if logged else ""),
+        published=published,
+        held=held,
+        skipped=len(summary.skipped),
+        not_ready=len(waiting),
+        alerts=summary.alerts,
+    )
 
 
 def _stop_if_not_ready(
-    not_ready: dict[dt.date, str], required: Collection[dt.date], seen_only: Collection[dt.date]
+    not_ready: Mapping[dt.date, str],
+    required: Collection[dt.date],
+    seen_only: Collection[dt.date],
 ) -> None:
     """A required day not ready: exit 5 before anything is computed. Days looked back on that
     are not ready are only left alone (a day with a marker is computed once it has one)."""
@@ -535,12 +760,12 @@ def _stop_if_not_ready(
     if stopping:
         raise InputNotReady(_not_ready_line(stopping, "nothing was computed"))
     for day in sorted(d for d in not_ready if d in seen_only):
-        log.warning("%s: no %s, not looked back on", day, not_ready[day])
+        log.warning("%s: %s, not looked back on", day, not_ready[day])
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     _check_range(args.start, args.end)
-    config = load_config(args.config, args.set)
+    config = _load_config(args)
     from logmetrics.report import load_report_data, render
     from logmetrics.session import get_spark
 
@@ -574,7 +799,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from logmetrics.session import get_spark
     from logmetrics.tables.sources import check_evaluation_inputs_exist, check_path_exists
 
-    config = load_config(args.config, args.set)
+    config = _load_config(args)
     settings = require_evaluation(config)
     check_path_exists(config.inputs.clusters.path, "cluster table")
     check_evaluation_inputs_exist(settings.runs, settings.judgments)
@@ -601,7 +826,7 @@ def _cmd_maintain(args: argparse.Namespace) -> int:
             f"--vacuum-retain-hours {args.vacuum_retain_hours} is below Delta's minimum of "
             f"{VACUUM_RETAIN_HOURS}: a shorter window can delete files a running reader needs"
         )
-    config = load_config(args.config, args.set)
+    config = _load_config(args)
     from logmetrics.session import get_spark
     from logmetrics.tables.catalog import (
         OUTPUT_TABLES,
@@ -639,7 +864,7 @@ def _cmd_maintain(args: argparse.Namespace) -> int:
 
 def _cmd_alerts(args: argparse.Namespace) -> int:
     start, end = _alerts_range(args)
-    config = load_config(args.config, args.set)
+    config = _load_config(args)
     from logmetrics.flows.alerts import announce, publish_alerts
     from logmetrics.flows.backfill import considered_days
     from logmetrics.session import get_spark
@@ -647,34 +872,53 @@ def _cmd_alerts(args: argparse.Namespace) -> int:
     computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
     days = considered_days(start, end)
     rows, culprits = publish_alerts(get_spark(config.spark), config, days, args.run_id, computed_at)
-    alerts = announce(rows, culprits)
+    alerts, improvements = announce(rows, culprits)
+    judged = rows["metric_date"].nunique()
+    say(
+        log,
+        f"{start}..{end}: {judged} day(s) judged, {alerts} alert(s), {improvements} improvement(s)",
+    )
     if alerts and args.fail_on_alert:
         raise AlertsFired(f"{alerts} alert(s) from {start} to {end} (--fail-on-alert)")
     return 0
 
 
 def _cmd_views(args: argparse.Namespace) -> int:
-    config = load_config(args.config, args.set)
+    config = _load_config(args)
     from logmetrics.session import get_spark
     from logmetrics.tables.catalog import OUTPUT_TABLES, apply_table_properties
-    from logmetrics.tables.views import create_views
+    from logmetrics.tables.views import create_views, views_last, views_sql
 
     spark = get_spark(config.spark)
     for table in OUTPUT_TABLES:
         if apply_table_properties(spark, config.output, table):
             print(f"{table.name}: table properties set", flush=True)
-    for view in create_views(spark, config.output):
-        print(f"view: {view}", flush=True)
+    views = create_views(spark, config.output)
+    if views_last(spark):
+        for view in views:
+            print(f"view: {view}", flush=True)
+        return 0
+    out = Path(args.sql_out)
+    out.write_text(views_sql(config.output))
+    print(
+        f"views NOT kept: {', '.join(views)} ran against the tables, but this session's catalog "
+        "is in memory (no metastore), so they end with it.\n"
+        f"Their SQL is in {out}: run it in a Spark SQL session with Delta and a metastore "
+        f"(spark-sql -f {out}), or set output.schema to create them in a catalog.",
+        flush=True,
+    )
     return 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from logmetrics.demo import run_demo
 
-    config = load_config(args.config or [DEMO_CONFIG], args.set)
-    return run_demo(
+    config = _load_config(args)
+    summary = run_demo(
         config, days=args.days, queries_per_day=args.queries_per_day, run_id=args.run_id
     )
+    _finish(config, summary, args)
+    return 0
 
 
 if __name__ == "__main__":

@@ -7,20 +7,25 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from logmetrics.config import Config, SparkConfig
+from logmetrics.console import say
 from logmetrics.errors import ConfigError
 from logmetrics.synthetic import PlantedChange, PlantedFlood
+
+if TYPE_CHECKING:
+    from logmetrics.flows.backfill import RunSummary
 
 log = logging.getLogger(__name__)
 
 DEMO_START = dt.date(2026, 10, 1)
 DEMO_SEED = 7
 DEMO_REPORT_DIR = Path("reports/demo")
+DAILY_SHOWN = 7  # days of the daily table printed
 DEMO_LIST_LENGTH = 20  # top-20 lists: the k-sweep shows the marginal rate past k = 10
 DEMO_WEEKLY_AMPLITUDE = 0.04  # the repeat probability's weekly season (synthetic.weekly_shift)
 # The regression: on one day three articles, each copied into several sources (a Zendesk
@@ -82,23 +87,19 @@ def generate_dataset(
         spark.read.parquet(str(out / "clusters_parquet")).write.format("delta").mode(
             "overwrite"
         ).save(str(clusters))
-    log.info(
-        "generated %d requests over %d day(s) from %s: served logs %s, cluster table %s (%s)",
-        data.requests,
-        days,
-        start,
-        out / "served_logs",
-        clusters,
-        clusters_format,
+    say(
+        log,
+        f"generated {data.requests:,} requests over {days} day(s) from {start}: served logs "
+        f"{out / 'served_logs'}, cluster table {clusters} ({clusters_format})",
     )
 
 
-def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> int:
+def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> RunSummary:
     """Generate `days` of traffic (once): top-20 lists, a weekly season and one planted
-    regression day in one segment; backfill it into the warehouse (which judges every day and,
-    the demo turning `crowding.enabled` on, names what crowds each day's lists), print the daily
-    table and the alerts with their culprits, and write the report of the range under
-    reports/demo."""
+    regression day in one segment; backfill it into the warehouse (which judges every day,
+    names what crowds each day's lists and says each alert with its culprits), print what was
+    planted and the last week of the daily table, and write the report of the range under
+    reports/demo. The run's summary, for the CLI's closing lines."""
     from logmetrics.flows.backfill import run_range
     from logmetrics.session import get_spark
 
@@ -110,9 +111,6 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> in
         raise ConfigError(
             "demo: inputs.clusters must be a Delta table at <served_logs parent>/clusters"
         )
-    if not config.crowding.enabled:
-        crowding = config.crowding.model_copy(update={"enabled": True})
-        config = config.model_copy(update={"crowding": crowding})
     spark = get_spark(config.spark, days=days)
     planted = demo_regression(days)
     params = {
@@ -139,16 +137,18 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> in
         )
         marker.write_text(json.dumps(params))
     end = DEMO_START + dt.timedelta(days=days - 1)
-    run_range(
+    for flood in planted[:1]:
+        clusters = ", ".join(f"{f.cluster_id} ({f.members} copies)" for f in planted)
+        say(log, f"planted on {flood.date} in {flood.segment}={flood.value}'s lists: {clusters}")
+    summary = run_range(
         spark, config, DEMO_START, end, run_id, dt.datetime.now(dt.UTC).replace(microsecond=0)
     )
-    _print_daily(spark, config, DEMO_START, end)
-    _print_alerts(spark, config, DEMO_START, end, planted)
+    _print_daily(spark, config, max(DEMO_START, end - dt.timedelta(days=DAILY_SHOWN - 1)), end)
     from logmetrics.report import load_report_data, render
 
     index = render(load_report_data(spark, config, DEMO_START, end), DEMO_REPORT_DIR)
     print(f"report: {index}")
-    return 0
+    return summary
 
 
 def _print_daily(spark: SparkSession, config: Config, start: dt.date, end: dt.date) -> None:
@@ -189,47 +189,4 @@ def _print_daily(spark: SparkSession, config: Config, start: dt.date, end: dt.da
             f"{r.metric_date!s:<12}{r.queries:>9}{median:>8}{p10:>6}{p90:>6}{mean:>7}"
             f"{share:>10}{missing:>9}"
         )
-    print(
-        f"\n{len(rows)} day(s); every k, the per-query rows and the quality tables sit beside it."
-    )
-
-
-def _print_alerts(
-    spark: SparkSession,
-    config: Config,
-    start: dt.date,
-    end: dt.date,
-    planted: Sequence[PlantedFlood],
-) -> None:
-    """The range's alerts and improvements, as the backfill found them, each alert with its
-    culprits, beside what was planted."""
-    from logmetrics.flows.alerts import alert_lines, culprit_rows, published_daily
-    from logmetrics.schemas import ALERT, IMPROVEMENT
-    from logmetrics.tables.catalog import ALERTS_TABLE, read_table
-
-    print()
-    for flood in planted:
-        print(
-            f"planted: on {flood.date}, cluster {flood.cluster_id} ({flood.members} copies) "
-            f"fills {flood.members - 1} more slots of {flood.share:.0%} of "
-            f"{flood.segment}={flood.value}'s lists"
-        )
-    table = read_table(spark, config.output, ALERTS_TABLE)
-    if table is None:
-        print("unique_clusters_alerts is empty: no day was judged")
-        return
-    rows = pd.DataFrame(
-        table.where(F.col("metric_date").between(start, end))
-        .orderBy("metric_date", F.col("segment") != "all", "segment_value", "statistic", "k")
-        .toPandas()
-    )
-    fired = rows[rows["status"].isin([ALERT, IMPROVEMENT])]
-    alerts = int((fired["status"] == ALERT).sum())
-    print(
-        f"unique_clusters_alerts, {start} to {end}: {alerts} alert(s), "
-        f"{len(fired) - alerts} improvement(s)"
-    )
-    first = start - dt.timedelta(config.alerts.lookback_days())
-    culprits = culprit_rows(spark, config, fired, published_daily(spark, config, first, end))
-    for line in alert_lines(fired, culprits):
-        print(line)
+    print(f"(the last {len(rows)} day(s); every day, k and segment is in the table)\n")

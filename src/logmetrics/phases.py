@@ -30,14 +30,25 @@ class Phases:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._done: list[Phase] = []
+        self._running: dict[int, str] = {}  # a token per phase in progress -> its name
 
     @contextmanager
     def timed(self, name: str) -> Iterator[None]:
         started, began = time.time(), time.perf_counter()
+        token = object()
+        with self._lock:
+            self._running[id(token)] = name
         try:
             yield
         finally:
+            with self._lock:
+                del self._running[id(token)]
             self.add(name, started, time.perf_counter() - began)
+
+    def running(self) -> list[str]:
+        """The phases in progress, in the order they began (for progress lines)."""
+        with self._lock:
+            return list(dict.fromkeys(self._running.values()))
 
     def add(self, name: str, started: float, seconds: float) -> None:
         with self._lock:

@@ -29,6 +29,7 @@ from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from logmetrics.config import SparkConfig
+from logmetrics.console import say
 from logmetrics.errors import LogmetricsError
 from logmetrics.redaction import redact_url
 
@@ -329,7 +330,12 @@ def get_spark(
     comet = comet_or_warn(settings)
     delta = installed_delta_package()
     packages = f"{delta} and {COMET_PACKAGE}" if comet else delta
-    log.info("starting local Spark (%s) with %s", redact_url(settings.master), packages)
+    engine = " and Comet" if comet else ""
+    say(
+        log,
+        f"starting local Spark ({redact_url(settings.master)}) with Delta{engine}",
+        packages=packages,
+    )
     for name, value in {**LOCAL_JVM_ENVIRONMENT, **python_workers(settings.master)}.items():
         os.environ.setdefault(name, value)  # read as Spark starts; its JVM inherits them
     with _jvm_output_to(settings.log_dir) as log_file, resolve_lock():

@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from logmetrics.config import Config
+from logmetrics.console import say
 from logmetrics.errors import InputError
 from logmetrics.rules.alerts import (
     CULPRIT_COLUMNS,
@@ -145,48 +146,44 @@ def published_daily(
     return pd.DataFrame(selected.toPandas(), columns=DAILY_COLUMNS)
 
 
-def announce(rows: pd.DataFrame, culprits: pd.DataFrame | None = None) -> int:
-    """Print and log one line per alert and improvement, in date order, each alert followed by
-    a line per culprit (`culprit_rows`); return the number of alerts."""
-    fired = rows[rows["status"].isin([ALERT, IMPROVEMENT])]
+def announce(rows: pd.DataFrame, culprits: pd.DataFrame | None = None) -> tuple[int, int]:
+    """Say each alert and improvement of `rows` once, in date order, with the culprits of each
+    alert below it (`alert_lines`); return the numbers of alerts and improvements."""
+    fired = _in_order(rows[rows["status"].isin([ALERT, IMPROVEMENT])])
     for row, line in zip(fired.itertuples(), alert_lines(fired, culprits), strict=True):
-        print(line, flush=True)
-        log.log(
-            logging.WARNING if row.status == ALERT else logging.INFO,
+        say(
+            log,
             line,
-            extra={
-                "fields": {
-                    "alert": row.status,
-                    "metric_date": str(row.metric_date),
-                    "segment": row.segment,
-                    "segment_value": row.segment_value,
-                    "k": int(row.k),
-                    "statistic": row.statistic,
-                    "value": float(row.value),
-                    "baseline_mean": float(row.baseline_mean),
-                    "limit": float(row.limit),
-                }
-            },
+            logging.WARNING if row.status == ALERT else logging.INFO,
+            alert=row.status,
+            metric_date=str(row.metric_date),
+            segment=row.segment,
+            segment_value=row.segment_value,
+            k=int(row.k),
+            statistic=row.statistic,
+            value=float(row.value),
+            baseline_mean=float(row.baseline_mean),
+            limit=float(row.limit),
         )
-    alerts = int((rows["status"] == ALERT).sum())
-    judged = rows["metric_date"].nunique()
+    alerts = int((fired["status"] == ALERT).sum())
     log.info(
         "alerts: %d day(s) judged, %d alert(s), %d improvement(s)",
-        judged,
+        rows["metric_date"].nunique(),
         alerts,
         len(fired) - alerts,
     )
-    return alerts
+    return alerts, len(fired) - alerts
 
 
 def alert_lines(rows: pd.DataFrame, culprits: pd.DataFrame | None = None) -> list[str]:
-    """One text per alert and improvement of `rows`, in their order: its line, and for an alert
-    a line per culprit (`culprit_rows`) below it."""
+    """One text per alert and improvement of `rows`, in their order: its line and, for an
+    alert, its culprits (`culprit_rows`) below it. Alerts of one day, k and segment value
+    (the mean and the share, say) that have the same culprits list them once, below the
+    last of them."""
     fired = rows[rows["status"].isin([ALERT, IMPROVEMENT])]
     culprits = pd.DataFrame(columns=CULPRIT_COLUMNS) if culprits is None else culprits
-    lines = []
+    texts, below = [], []
     for row in fired.itertuples():
-        line = describe(row)
         mine = culprits[
             (culprits["metric_date"].map(as_date) == as_date(row.metric_date))
             & (culprits["k"] == row.k)
@@ -194,10 +191,29 @@ def alert_lines(rows: pd.DataFrame, culprits: pd.DataFrame | None = None) -> lis
             & (culprits["segment_value"] == row.segment_value)
             & (culprits["statistic"] == row.statistic)
         ]
-        if row.status == ALERT and not mine.empty:
-            line += "\n" + "\n".join(describe_culprit(c) for c in mine.itertuples())
-        lines.append(line)
-    return lines
+        texts.append(describe(row))
+        lines = [describe_culprit(c) for c in mine.itertuples()] if row.status == ALERT else []
+        below.append((_where(row), lines))
+    for i, (where, lines) in enumerate(below):
+        following = below[i + 1] if i + 1 < len(below) else None
+        if lines and not (following is not None and following == (where, lines)):
+            texts[i] += "\n" + "\n".join(lines)
+    return texts
+
+
+def _where(row: Any) -> tuple[Any, ...]:
+    return (as_date(row.metric_date), int(row.k), row.segment, row.segment_value)
+
+
+def _in_order(rows: pd.DataFrame) -> pd.DataFrame:
+    """Alerts by day, all traffic first, then by segment value, k and statistic: the alerts
+    that share culprits sit together."""
+    if rows.empty:
+        return rows
+    keys = rows.assign(
+        _day=rows["metric_date"].map(as_date), _segment=rows["segment"] != "all"
+    ).sort_values(["_day", "_segment", "segment", "segment_value", "k", "statistic"], kind="stable")
+    return keys.drop(columns=["_day", "_segment"])
 
 
 def _plain(value: Any) -> Any:

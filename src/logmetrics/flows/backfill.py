@@ -3,17 +3,20 @@
 Scans the logs for corrupt files first (a Parquet file off the contract, known from its footer,
 stops the run before anything else is read; the CLI scans local Parquet logs before Spark
 starts: `scan_ahead`), reads the cluster table, finds each day's inputs (one narrow pass, while
-the ledger is read beside it), computes the days whose inputs, cluster table or config changed
+the ledger is read beside it), leaves alone the days no log file holds a row of (not ready,
+unless `allow_empty_days`), computes the days whose inputs, cluster table or config changed
 since they were last computed (a resumed backfill skips the rest), writes the run's `started`
 rows, then computes each chunk (`chunk.Chunk`) while the chunk before it is written, so the
 writes of one overlap the main pass of the next. A hash collision in the cluster keys (`keys`)
-computes the chunk again under the next salt. Progress is logged per day and per chunk.
+computes the chunk again under the next salt. The terminal hears of a chunk while it computes
+(`Progress`) and once it is written; the log keeps a record per day.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from logmetrics.config import Config
+from logmetrics.console import days_text, duration, say
 from logmetrics.errors import InputError, failure_line
 from logmetrics.flows import ledger
 from logmetrics.flows.calibration import (
@@ -30,7 +34,7 @@ from logmetrics.flows.calibration import (
 )
 from logmetrics.flows.chunk import Chunk, DayResult, Writing
 from logmetrics.flows.history import PublishedDaily, published_before
-from logmetrics.flows.inputs import DayInputs, day_inputs
+from logmetrics.flows.inputs import NO_LOG_FILES, DayInputs, day_inputs
 from logmetrics.flows.keys import HashCollision, start_cluster_keys
 from logmetrics.flows.side_steps import SideSteps
 from logmetrics.phases import Phases
@@ -46,7 +50,11 @@ log = logging.getLogger(__name__)
 class RunSummary:
     run_id: str
     cluster_table_version: int | None
-    days: list[DayResult] = field(default_factory=list)
+    days: list[DayResult] = field(default_factory=list)  # computed, in date order
+    skipped: list[dt.date] = field(default_factory=list)  # done from the same inputs and config
+    not_ready: dict[dt.date, str] = field(default_factory=dict)  # left alone, and why
+    alerts: int = 0
+    improvements: int = 0
 
     @property
     def queries(self) -> int:
@@ -85,6 +93,7 @@ def run_range(
     always: Collection[dt.date] = (),
     seen_only: Collection[dt.date] = (),
     not_ready: Collection[dt.date] = (),
+    required: Collection[dt.date] = (),
     scanned: list[CorruptInput] | None = None,
     phases: Phases | None = None,
 ) -> RunSummary:
@@ -95,6 +104,10 @@ def run_range(
     computed only if the ledger has seen them (the days `run` looks back on); `not_ready`:
     days left alone (their logs have not all landed); `scanned`: `scan_ahead` of these days,
     when the caller ran it before Spark started. `phases` records where the time goes.
+
+    Without a ready marker configured, a day no log file holds a row of is not ready either
+    (unless `inputs.served_logs.allow_empty_days`): it is left alone and named in the
+    summary's `not_ready`, and when it is `required` (`run`'s own date) nothing is computed.
 
     A run that fails after it began its days appends a `failed` row, with the error's line,
     for each day it had not finished."""
@@ -130,18 +143,22 @@ def run_range(
         previous = ledger_read.result()
         if published is not None:
             published.result()
-    reasons = _plan(config, considered, inputs, previous, always, seen_only)
+    empty = _without_files(config, considered, inputs, corrupt)
+    # A day looked back on that was never computed is left alone anyway: nothing to say.
+    summary.not_ready = {d: r for d, r in empty.items() if d not in seen_only or d in previous}
+    if summary.not_ready.keys() & set(required):
+        return summary
+    considered = [d for d in considered if d not in empty]
+    reasons = _plan(config, considered, inputs, previous, always, seen_only, summary)
     dates = sorted(reasons)
-    log.info(
-        "computing %d day(s) of %s..%s, k in %s, cluster table version %s",
-        len(dates),
-        start,
-        end,
-        list(config.metrics.ks),
-        clusters.version,
-    )
     if not dates:
         return summary
+    version = "" if clusters.version is None else f", cluster table version {clusters.version}"
+    say(
+        log,
+        f"computing {days_text(dates)}: k in {', '.join(map(str, config.metrics.ks))}{version}",
+        days=len(dates),
+    )
     try:
         _compute_days(
             spark, config, stamp, dates, inputs, reasons, corrupt, clusters, summary, phases
@@ -157,6 +174,25 @@ def run_range(
     return summary
 
 
+def _without_files(
+    config: Config,
+    considered: list[dt.date],
+    inputs: Mapping[dt.date, DayInputs],
+    corrupt: list[CorruptInput],
+) -> dict[dt.date, str]:
+    """The days of `considered` no log file (readable or not) holds a row of, when that means
+    not ready: no ready marker is configured (a marker is the upstream's word that a day is
+    whole, empty or not) and empty days are not allowed."""
+    source = config.inputs.logs()
+    if source.allow_empty_days or source.ready_marker is not None:
+        return {}
+    return {
+        day: NO_LOG_FILES
+        for day in considered
+        if inputs[day].files == 0 and not any(c.days([day]) for c in corrupt)
+    }
+
+
 def _plan(
     config: Config,
     considered: list[dt.date],
@@ -164,8 +200,10 @@ def _plan(
     previous: Mapping[dt.date, ledger.Previous],
     always: Collection[dt.date],
     seen_only: Collection[dt.date],
+    summary: RunSummary,
 ) -> dict[dt.date, str]:
-    """The days to compute and why; one log line for each day skipped as done, or restated."""
+    """The days to compute and why (the days skipped as done go to `summary.skipped`); the
+    terminal hears of the skipped and the restated days in a line each, the log of each day."""
     reasons: dict[dt.date, str] = {}
     done, unseen = [], []
     for day in considered:
@@ -185,8 +223,20 @@ def _plan(
                 reason.replace("_", " "),
                 extra={"fields": {"metric_date": str(day), "reason": reason}},
             )
+    restated: dict[str, list[dt.date]] = {}
+    for day, reason in reasons.items():
+        if previous.get(day) is not None and reason != ledger.NEW:
+            restated.setdefault(reason, []).append(day)
+    for reason, days in restated.items():
+        say(log, f"restating {days_text(days)}: {reason.replace('_', ' ')}")
+    summary.skipped = done
     if done:
-        log.info("skipping %d day(s) already done with the same inputs and config", len(done))
+        say(
+            log,
+            f"{days_text(done)}: already done from the same inputs and config, skipped "
+            "(--force restates)",
+            skipped=len(done),
+        )
     if unseen:
         log.info(
             "not looking back on %s: never computed (a backfill computes them)",
@@ -221,7 +271,7 @@ def _compute_days(
             max_chunks,
         )
     began = time.monotonic()
-    with SideSteps(phases) as side:
+    with SideSteps(phases) as side, Progress(phases) as progress:
         keys = start_cluster_keys(clusters.df, 0, side)
         # One `started` row per day of the run, in one commit beside the first chunk's work.
         started = side.submit(
@@ -247,13 +297,17 @@ def _compute_days(
             if pending is not None:
                 writing, chunk_began = pending
                 pending = None
-                days = writing.finish()
+                days, (alerts, improvements) = writing.finish()
                 summary.days.extend(days)
+                summary.alerts += alerts
+                summary.improvements += improvements
                 _log_progress(summary, days, len(dates), chunk_began, began)
+                progress.said()
 
         try:
             for chunk_dates in date_chunks(dates, config.backfill.days_per_chunk):
                 chunk_began = time.monotonic()
+                progress.now(f"{chunk_dates[0]}..{chunk_dates[-1]}", chunk_began)
                 chunk_corrupt = [c for c in corrupt if c.days(chunk_dates)]
                 chunk = Chunk(
                     spark,
@@ -364,6 +418,7 @@ def _log_progress(
     chunk_began: float,
     began: float,
 ) -> None:
+    """A chunk written: a record per day for the log, one line for the terminal."""
     done = len(summary.days)
     elapsed = time.monotonic() - began
     rate = done / elapsed if elapsed > 0 else 0.0
@@ -387,22 +442,71 @@ def _log_progress(
                 }
             },
         )
-    held = [str(d.metric_date) for d in days if not d.published]
-    log.info(
-        "%s..%s: %d queries in %.1fs%s | %d/%d days done, %.2f days/s, ETA %s",
-        days[0].metric_date,
-        days[-1].metric_date,
-        sum(d.queries for d in days),
-        time.monotonic() - chunk_began,
-        f", NOT published (quality): {', '.join(held)}" if held else "",
-        done,
-        total_days,
-        rate,
-        _duration(eta),
+    held = [d.metric_date for d in days if not d.published]
+    published = len(days) - len(held)
+    queries = sum(d.queries for d in days)
+    eta_text = f", ETA {duration(eta)}" if done < total_days else ""
+    say(
+        log,
+        f"{days[0].metric_date}..{days[-1].metric_date}: {published} day(s) published"
+        + (f", {len(held)} held back ({days_text(held)})" if held else "")
+        + f", {queries:,} queries in {duration(seconds)} | {done}/{total_days} days done, "
+        f"{rate:.2f} days/s{eta_text}",
+        published=published,
+        held=len(held),
+        queries=queries,
+        chunk_seconds=round(seconds, 3),
+        days_done=done,
+        days_total=total_days,
     )
 
 
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+PROGRESS_SECONDS = 15.0
+"""The longest the terminal stays silent while a chunk computes, in its first minute; later
+the silence may grow to half the chunk's time so far, so that a long chunk says a few lines,
+not hundreds."""
+
+
+class Progress:
+    """A line on the terminal while a chunk computes: which chunk, which of its phases is
+    running, how long since it began; every PROGRESS_SECONDS since the last line said."""
+
+    def __init__(self, phases: Phases, every: float = PROGRESS_SECONDS) -> None:
+        self._phases = phases
+        self._every = every
+        self._lock = threading.Lock()
+        self._label: str | None = None
+        self._began = self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
+
+    def __enter__(self) -> Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def now(self, label: str, began: float) -> None:
+        """The chunk being computed from now on."""
+        with self._lock:
+            self._label, self._began = label, began
+
+    def said(self) -> None:
+        """A line was just said: the next progress line waits its full interval."""
+        with self._lock:
+            self._last = time.monotonic()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            with self._lock:
+                now = time.monotonic()
+                elapsed = now - self._began
+                if self._label is None or now - self._last < max(self._every, elapsed / 2):
+                    continue
+                self._last = now
+                label = self._label
+            running = self._phases.running()[-2:]
+            doing = "; ".join(running) if running else "computing"
+            say(log, f"  {label}: {doing}, {duration(elapsed)}", progress=label)

@@ -41,7 +41,7 @@ from logmetrics.quality.facts import (
     trailing_queries_mean,
 )
 from logmetrics.quality.gx_suite import CheckResult, evaluate
-from logmetrics.quality.policy import DayVerdict, verdicts
+from logmetrics.quality.policy import DayVerdict, describe, verdicts
 from logmetrics.rules.alerts import alert_rows
 from logmetrics.rules.crowding import crowding_candidates, crowding_rows
 from logmetrics.rules.daily import (
@@ -186,7 +186,7 @@ class Chunk:
         judged["trailing_queries_mean"] = trailing_queries_mean(
             facts, known, self.config.quality.volume_window_days
         )
-        return evaluate(judged, self.config.quality)
+        return evaluate(judged, self.config.quality, self.config.inputs.logs().allow_empty_days)
 
     def _diagnostics(self, requests_df: DataFrame, checks: list[CheckResult]) -> list[Write]:
         """quarantine, missing_cluster_chunks and data_quality: written for every day, pass or
@@ -363,9 +363,10 @@ class Writing:
     computed: Computed
     writes: list[Future[None]]
 
-    def finish(self) -> list[DayResult]:
+    def finish(self) -> tuple[list[DayResult], tuple[int, int]]:
         """Wait for the chunk's commits (and the run's `started` rows), then announce its
-        alerts and append its `published` ledger rows: they follow all of its commits."""
+        alerts and append its `published` ledger rows: they follow all of its commits. The
+        days, and the numbers of alerts and improvements announced."""
         computed = self.computed
         chunk = computed.chunk
         try:
@@ -373,8 +374,9 @@ class Writing:
         finally:
             wait(self.writes)  # no write still reads the cached requests
             computed.release()
+        fired = (0, 0)
         if computed.publish:
-            announce(
+            fired = announce(
                 computed.alerts,
                 culprit_rows(chunk.spark, chunk.config, computed.alerts, chunk.daily.rows()),
             )
@@ -398,6 +400,11 @@ class Writing:
                 chunk.inputs,
                 chunk.reasons,
                 finished_at=dt.datetime.now(dt.UTC),
+                errors={
+                    v.metric_date: "; ".join(describe(c) for c in v.blocking_failures)
+                    for v in computed.day_verdicts
+                    if v.metric_date not in computed.publish
+                },
             )
         return [
             DayResult(
@@ -407,4 +414,4 @@ class Writing:
                 v,
             )
             for v in computed.day_verdicts
-        ]
+        ], fired

@@ -20,12 +20,41 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-from logmetrics.config import Config
+from logmetrics.config import Config, ServedLogsInput
 from logmetrics.rules.per_request import day_file_states
 from logmetrics.tables.file_scan import CorruptInput
 from logmetrics.tables.footers import footer_days
 from logmetrics.tables.sources import read_served_logs
+
+NO_LOG_FILES = "no log file holds a row of it"
+"""Why a day is not ready when no ready marker is configured (`inputs.served_logs`)."""
+
+
+@dataclass(frozen=True)
+class DayFiles:
+    """The log files holding rows of one day, as `logmetrics ready` judges it without a
+    marker."""
+
+    files: int
+    rows: int | None  # rows in those files, from their footers (None: not read from footers)
+
+
+def footer_day_files(source: ServedLogsInput, day: dt.date) -> DayFiles | None:
+    """`day`'s files from the local Parquet footers alone (`tables.footers`), or None when the
+    footers cannot place every file that may hold its rows."""
+    footers = footer_days(source, day, day)
+    if footers is None or footers.unplaced:
+        return None
+    return DayFiles(len(footers.states.get(day, [])), footers.rows.get(day, 0))
+
+
+def day_files(spark: SparkSession, config: Config, day: dt.date) -> DayFiles:
+    """`day`'s files by the narrow pass over its logs (`rules.per_request.day_file_states`)."""
+    logs_df = read_served_logs(spark, config.inputs.logs(), day, day)
+    rows = logs_df.transform(day_file_states).where(F.col("metric_date") == F.lit(day)).collect()
+    return DayFiles(len(rows[0].files) if rows else 0, None)
 
 
 @dataclass(frozen=True)

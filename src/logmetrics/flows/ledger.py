@@ -104,9 +104,11 @@ def record(
     reasons: Mapping[dt.date, str],
     finished_at: dt.datetime | None = None,
     error: str | None = None,
+    errors: Mapping[dt.date, str] | None = None,
 ) -> None:
     """Append one ledger row per (date, status, counts) of the run `stamp` names, with the
-    day's inputs and the reason it was computed (`error`: a failed day's one line)."""
+    day's inputs and the reason it was computed (`error`: a failed day's one line; `errors`:
+    a day's own, such as the blocking checks that held it back)."""
     rows = [
         (
             stamp.run_id,
@@ -125,7 +127,7 @@ def record(
             inputs[day].logs,
             inputs[day].files,
             inputs[day].clusters,
-            error,
+            (errors or {}).get(day, error),
         )
         for day, status, counts in entries
     ]

@@ -40,6 +40,7 @@ class FooterDays:
     the files left to the narrow pass."""
 
     states: dict[dt.date, list[str]] = field(default_factory=dict)  # day -> `path|size|mtime`
+    rows: dict[dt.date, int] = field(default_factory=dict)  # day -> rows in its files
     placed: list[str] = field(default_factory=list)  # local paths
     unplaced: list[str] = field(default_factory=list)  # local paths
 
@@ -59,20 +60,24 @@ def footer_days(
     for path, partition_day in data_files(root, partition, lo, hi):
         if file_key(path) in skipped:
             continue
-        days = _days(path, partition is not None, partition_day)
-        state = _file_state(path) if days is not None else None
-        if days is None or state is None:
+        placed = _days(path, partition is not None, partition_day)
+        state = _file_state(path) if placed is not None else None
+        if placed is None or state is None:
             found.unplaced.append(path)
             continue
+        days, rows = placed
         found.placed.append(path)
         for day in sorted(d for d in days if start <= d <= end):
             found.states.setdefault(day, []).append(state)
+            found.rows[day] = found.rows.get(day, 0) + rows
     return found
 
 
-def _days(path: str, partitioned: bool, partition_day: dt.date | None) -> set[dt.date] | None:
-    """The UTC days of the file's served_at values (null ones on `partition_day`), or None when
-    the footer cannot say for certain."""
+def _days(
+    path: str, partitioned: bool, partition_day: dt.date | None
+) -> tuple[set[dt.date], int] | None:
+    """The UTC days of the file's served_at values (null ones on `partition_day`) and its
+    rows, or None when the footer cannot say for certain."""
     import pyarrow.parquet as pq
 
     if partitioned and partition_day is None:
@@ -111,7 +116,7 @@ def _days(path: str, partitioned: bool, partition_day: dt.date | None) -> set[dt
             if (last - first).days > 1:  # the days between may hold no row
                 return None
             days.update((first, last))
-    return days
+    return days, metadata.num_rows
 
 
 def _file_state(path: str) -> str | None:

@@ -9,6 +9,7 @@ tables are paths).
 
 from __future__ import annotations
 
+import os
 import re
 from importlib.resources import files
 
@@ -66,3 +67,17 @@ def create_views(spark: SparkSession, output: OutputConfig) -> list[str]:
         spark.sql(statement)
         created.append(view)
     return created
+
+
+def views_last(spark: SparkSession) -> bool:
+    """Whether views created in this session outlive it: a metastore behind the session's
+    catalog (Hive's, or a platform's such as Unity Catalog), not Spark's in-memory one."""
+    if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        return True
+    implementation = spark.conf.get("spark.sql.catalogImplementation", "in-memory")
+    return implementation != "in-memory"
+
+
+def views_sql(output: OutputConfig) -> str:
+    """Every view's statement, as one SQL script for a session of another Spark SQL engine."""
+    return "".join(f"{statement};\n\n" for _, statement in view_statements(output))

@@ -1,0 +1,230 @@
+"""What an operator meets around the numbers: an empty day is never published as a real one,
+`run` skips a day that is done, `views` does not claim views that vanish, and the config is
+found without --config. Each test runs the real commands in this process (the suite's session)
+on a small generated dataset."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from logmetrics.cli import main
+from logmetrics.synthetic import generate
+
+pytestmark = pytest.mark.slow
+
+START = dt.date(2026, 5, 1)
+DAYS = 2
+QUERIES = 40
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("operator")
+    generate(root / "data", START, days=DAYS, queries_per_day=QUERIES, seed=3, dirty=False)
+    return root / "data"
+
+
+def _config(data: Path, tmp_path: Path, name: str = "job.yaml") -> Path:
+    config = tmp_path / name
+    config.write_text(
+        "inputs:\n"
+        f"  served_logs: {{path: '{data / 'served_logs'}'}}\n"
+        f"  clusters: {{path: '{data / 'clusters_parquet'}', format: parquet}}\n"
+        f"output: {{warehouse: '{tmp_path / 'wh'}'}}\n"
+        "metrics: {ks: [5, 10]}\n"
+        "nightly: {lookback_days: 1}\n"
+    )
+    return config
+
+
+def _ledger(spark: SparkSession, tmp_path: Path) -> list[tuple[dt.date, str, str | None, str]]:
+    rows = spark.read.format("delta").load(str(tmp_path / "wh" / "job_runs")).collect()
+    return sorted((r.metric_date, r.status, r.error, r.reason) for r in rows)
+
+
+def test_a_day_without_log_files_is_not_ready_for_run_and_ready(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No ready marker configured and no log file holding a row of the day: `ready` and `run`
+    both exit 5 naming the day, and nothing is written (the bug: a zero day published with
+    dq_passed = true and exit 0)."""
+    config = str(_config(data, tmp_path))
+    empty = START + dt.timedelta(days=DAYS + 3)
+    assert main(["ready", "--config", config, "--date", str(empty)]) == 5
+    assert capsys.readouterr().err.strip() == (
+        f"logmetrics: error: input not ready: {empty}: no log file holds a row of it; no ready "
+        "marker is configured, so its files were judged"
+    )
+    assert main(["run", "--config", config, "--date", str(empty)]) == 5
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"logmetrics: error: input not ready: {empty}: no log file holds a row of it; "
+        "nothing was computed"
+    )
+    assert not list((tmp_path / "wh").glob("*/_delta_log"))  # no table, no ledger row
+
+    assert main(["ready", "--config", config, "--date", str(START)]) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"{START}: ready (no ready marker configured: judged by its files, 1 file(s) hold rows "
+        f"of it, {QUERIES} rows in them by their footers)"
+    )
+
+
+def test_quiet_days_can_be_allowed(
+    spark: SparkSession, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`inputs.served_logs.allow_empty_days`: a day without files is published as a day of 0
+    queries, and `non_empty_day` passes it."""
+    config = str(_config(data, tmp_path))
+    quiet = START + dt.timedelta(days=DAYS)
+    allow = ["--set", "inputs.served_logs.allow_empty_days=true"]
+    assert main(["ready", "--config", config, "--date", str(quiet), *allow]) == 0
+    assert main(["run", "--config", config, "--date", str(quiet), *allow]) == 0
+    capsys.readouterr()
+    daily = spark.read.format("delta").load(str(tmp_path / "wh" / "unique_clusters_daily"))
+    assert {(r.metric_date, r.queries, r.dq_passed) for r in daily.collect()} == {(quiet, 0, True)}
+    checks = spark.read.format("delta").load(str(tmp_path / "wh" / "data_quality"))
+    (row,) = checks.where("check = 'non_empty_day'").collect()
+    assert (row.metric_date, row.success, row.observed_value, row.threshold) == (
+        quiet,
+        True,
+        0.0,
+        0.0,
+    )
+
+
+def test_a_day_whose_files_hold_no_valid_row_is_held_by_non_empty_day(
+    spark: SparkSession, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A day whose one file holds only rows without a served_at (placed on the day by its date
+    partition): exit 3, nothing published, and the ledger's `held` row says which checks held
+    it (the bug: published as 0 queries with exit 0)."""
+    logs = tmp_path / "logs"
+    shutil.copytree(data / "served_logs", logs)
+    day = START + dt.timedelta(days=DAYS)
+    (logs / f"date={day}").mkdir()
+    results = pa.array([[{"rank": 1, "chunk_id": "c1"}]] * 3)
+    table = pa.table(
+        {
+            "request_id": ["r1", "r2", "r3"],
+            "served_at": pa.array([None, None, None], pa.timestamp("us", tz="UTC")),
+            "results": results,
+        }
+    )
+    pq.write_table(table, logs / f"date={day}" / "part-00000.parquet")
+    config = str(_config(data, tmp_path))
+    argv = [
+        "run",
+        "--config",
+        config,
+        "--date",
+        str(day),
+        "--set",
+        f"inputs.served_logs.path={logs}",
+    ]
+    assert main(argv) == 3
+    held = [line for line in capsys.readouterr().err.splitlines() if "not published:" in line]
+    assert held == [
+        f"  not published: {day} malformed_rate = 1 (threshold 0.001); "
+        f"{day} non_empty_day = 0 (threshold 1)"
+    ]
+    assert not (tmp_path / "wh" / "unique_clusters_daily").exists()
+    finished = [row for row in _ledger(spark, tmp_path) if row[1] != "started"]
+    assert finished == [
+        (
+            day,
+            "held",
+            f"{day} malformed_rate = 1 (threshold 0.001); {held[0].split('; ')[1]}",
+            "new",
+        )
+    ]
+
+
+def test_run_skips_a_day_that_is_done_and_force_restates_it(
+    spark: SparkSession, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run` computes its day once; run again on the same inputs and config it skips it and
+    says so (the bug: recomputed and logged as `forced` without --force); --force restates it
+    with the reason `forced`. The closing line says what happened."""
+    config = str(_config(data, tmp_path))
+    argv = ["run", "--config", config, "--date", str(START)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"computing {START}: k in 5, 10" in out
+    assert out[-1].startswith("done in ")
+    assert ": 1 day(s) published; 0 alert(s); tables in " in out[-1]
+
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        f"{START}: already done from the same inputs and config, skipped (--force restates)" in out
+    )
+    assert ": 0 day(s) published, 1 skipped (already done); 0 alert(s)" in out[-1]
+    assert [r[1:] for r in _ledger(spark, tmp_path)] == [
+        ("published", None, "new"),
+        ("started", None, "new"),
+    ]
+
+    assert main([*argv, "--force"]) == 0
+    assert f"restating {START}: forced" in capsys.readouterr().out.splitlines()
+    reasons = sorted(r[3] for r in _ledger(spark, tmp_path) if r[1] == "published")
+    assert reasons == ["forced", "new"]
+
+
+def test_views_on_a_path_warehouse_are_not_claimed_and_their_sql_runs(
+    spark: SparkSession, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a metastore the views end with the session: `views` says so, never a bare
+    `view: name` line, and writes their SQL to a file that creates them in another session."""
+    config = str(_config(data, tmp_path))
+    assert main(["run", "--config", config, "--date", str(START)]) == 0
+    capsys.readouterr()
+    sql = tmp_path / "views.sql"
+    assert main(["views", "--config", config, "--sql-out", str(sql)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "views NOT kept: `unique_clusters_latest_90_days`, `unique_clusters_weekly` ran against "
+        "the tables, but "
+    )
+    assert "this session's catalog is in memory (no metastore)" in out
+    assert f"Their SQL is in {sql}" in out
+    assert "view: " not in out
+    for view in ("unique_clusters_latest_90_days", "unique_clusters_weekly"):
+        spark.sql(f"DROP VIEW IF EXISTS {view}")
+    statements = [s for s in sql.read_text().split(";\n") if s.strip()]
+    assert len(statements) == 2
+    for statement in statements:
+        spark.sql(statement)
+    assert spark.table("unique_clusters_weekly").count() > 0
+
+
+def test_the_config_is_found_without_config(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--config left out: $LOGMETRICS_CONFIG, then ./conf/local.yaml, then ./logmetrics.yaml;
+    with none, one line naming what was searched (exit 2)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOGMETRICS_CONFIG", raising=False)
+    assert main(["ready", "--date", str(START)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "logmetrics: error: no config: none of --config, $LOGMETRICS_CONFIG, ./conf/local.yaml, "
+        "./logmetrics.yaml"
+    )
+    _config(data, tmp_path, "logmetrics.yaml")
+    assert main(["ready", "--date", str(START)]) == 0
+    (tmp_path / "conf").mkdir()
+    local = _config(data, tmp_path / "conf", "local.yaml")
+    local.write_text(local.read_text().replace(str(data / "served_logs"), "nowhere"))
+    assert main(["ready", "--date", str(START)]) == 1  # conf/local.yaml first: its path is wrong
+    assert capsys.readouterr().err.strip() == (
+        "logmetrics: error: served logs at nowhere: path does not exist"
+    )
+    monkeypatch.setenv("LOGMETRICS_CONFIG", str(tmp_path / "logmetrics.yaml"))
+    assert main(["ready", "--date", str(START)]) == 0
+    capsys.readouterr()
