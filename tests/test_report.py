@@ -230,6 +230,17 @@ def _cost_row(
     return tuple(row[f.name] for f in REDUNDANCY_COST.fields)
 
 
+def _frame_of(rows: list[tuple[Any, ...]], schema: Any) -> pd.DataFrame:
+    """Rows of a table's schema as the pandas frame the report reads of it."""
+    return pd.DataFrame([dict(zip(schema.fieldNames(), row, strict=True)) for row in rows])
+
+
+# Built by hand, no warehouse: all traffic at k = 5 and 10 (ALL_HIST's k = 2 and 3 histograms).
+HAND_DAILY = _frame_of(
+    [_daily_row(day, {2: 5, 3: 10}[k], hist) for (day, k), hist in ALL_HIST.items()], DAILY
+)
+
+
 @pytest.fixture(scope="module")
 def warehouse(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("report-warehouse")
@@ -448,6 +459,28 @@ def test_what_crowds_the_window_is_the_last_day_and_each_alert_day(data: Any) ->
     assert set(shown["segment"]) == {"all"}
 
 
+@pytest.fixture(scope="module")
+def hand_page(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The page of HAND_DAILY over D0..D3 with one alert."""
+    fired = [(D2, "all", "all", 5, "mean", "alert", 1234.5678, 2e3)]
+    data = build_report_data(
+        HAND_DAILY, None, None, None, D0, D3, alerts=_frame_of(list(map(_alert_row, fired)), ALERTS)
+    )
+    return render(data, tmp_path_factory.mktemp("hand") / "r").read_text()
+
+
+def test_tables_round_floats_to_3_significant_digits(hand_page: str) -> None:
+    """Floats to 3 significant digits; counts, dates and text as they are."""
+    mean = _section(hand_page, "mean")
+    # D2, k=10: [0, 1, 3, 2] -> 13/6 = 2.1666...; 6 queries.
+    assert "<td>2026-10-02</td>\n      <td>10</td>\n      <td>6</td>\n      <td>2.17</td>" in mean
+    assert "2.1666" not in hand_page and "2.167" not in hand_page
+    assert ">0.667<" in _section(hand_page, "share_at_or_below_threshold")  # 4/6, k=10, D2
+    listed = _section(hand_page, "alerts")
+    assert ">1230<" in listed and ">-765<" in listed and ">600<" in listed and ">4<" in listed
+    assert "1234.5" not in hand_page and "765.4" not in hand_page
+
+
 # --- the images and the page ----------------------------------------------------------------
 
 PNGS = [
@@ -496,12 +529,12 @@ def test_html_is_self_contained_and_shows_the_numbers(rendered: Path) -> None:
     # evaluation's averaged rows (never its per-query row).
     assert "2026-10-01 to 2026-10-03" in page
     sweep = _section(page, "k_sweep")
-    for number in ("1.7", "2.15", "0.85", "0.716667", "0.45", "34", "43"):
+    for number in ("1.7", "2.15", "0.85", "0.717", "0.45", "34", "43"):
         assert f">{number}<" in sweep, number
     assert ">0.9<" in _section(page, "median_band")
     segments = _section(page, "segments")
-    assert ">2.33333<" in segments and ">1.83333<" in segments and ">web<" in segments
-    assert ">0.6125<" in page and ">0.4321<" in page and "0.9876" not in page
+    assert ">2.33<" in segments and ">1.83<" in segments and ">web<" in segments
+    assert ">0.613<" in page and ">0.432<" in page and "0.988" not in page
     assert ">0.025<" in _section(page, "missing_cluster_rate")
 
 
@@ -523,7 +556,7 @@ def test_alerts_are_listed_and_marked(rendered: Path) -> None:
     alerts = _section(page, "alerts")
     assert "<b>1 alert(s)</b> and 1 improvement(s)" in alerts
     assert ">2026-10-02<" in alerts and ">2026-10-03<" in alerts and ">web<" in alerts
-    assert ">0.666667<" in alerts and ">improvement<" in alerts
+    assert ">0.667<" in alerts and ">improvement<" in alerts
     assert "2026-09-30" not in alerts and ">ok<" not in alerts
     assert "Marked: an alert (red X)" in _section(page, "share_at_or_below_threshold")
 
@@ -582,7 +615,7 @@ def test_cli_report_end_to_end(
     page = (out / "index.html").read_text()
     assert "2026-10-02 to 2026-10-03" in page
     # k-sweep over D2..D3: totals 6+10 = 16 queries, 27 / 16 = 1.6875 at k=2.
-    assert ">1.6875<" in _section(page, "k_sweep")
+    assert ">1.69<" in _section(page, "k_sweep")
     assert all((out / f"{name}.png").is_file() for name in PNGS)
 
 

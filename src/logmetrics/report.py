@@ -19,7 +19,6 @@ import base64
 import datetime as dt
 import html
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -1075,16 +1074,33 @@ def _alerts_html(data: ReportData) -> list[str]:
 
 
 def _table_html(df: pd.DataFrame) -> str:
-    formatters: dict[str, Callable[[Any], str]] = {}
+    """The frame as an HTML table for people: floats to 3 significant digits, a float column
+    of whole numbers (a count or an id with a null among them) as integers; integers, dates
+    and text as they are; a null as '-'. The Delta tables keep the raw values."""
+    shown = df.copy()
     for column in df.columns:
         if pd.api.types.is_float_dtype(df[column]):
-            formatters[column] = _number
-    text: str = df.to_html(index=False, formatters=formatters, na_rep="-", border=0)
+            values = df[column].dropna()
+            shown[column] = df[column].map(_whole if (values == values.round()).all() else _number)
+        elif pd.api.types.is_object_dtype(df[column]):  # to_html prints None as 'None'
+            shown[column] = df[column].map(_text)
+    text: str = shown.to_html(index=False, na_rep="-", border=0)
     return text
 
 
 def _number(value: Any) -> str:
-    """Floats as stored, to 6 significant digits (NaN as '-')."""
-    if value is None or (isinstance(value, float) and np.isnan(value)):
+    """A float to 3 significant digits, without an exponent from 0.0001 up ('-' for NaN)."""
+    if pd.isna(value):
         return "-"
-    return f"{float(value):.6g}"
+    text = f"{float(value):.3g}"
+    return f"{float(text):.0f}" if "e+" in text else text
+
+
+def _whole(value: Any) -> str:
+    return "-" if pd.isna(value) else f"{float(value):.0f}"
+
+
+def _text(value: Any) -> str:
+    """A cell of a column of objects (text, dates, booleans, a null among them)."""
+    missing = value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value))
+    return "-" if missing else str(value)
