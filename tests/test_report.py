@@ -461,7 +461,7 @@ def test_what_crowds_the_window_is_the_last_day_and_each_alert_day(data: Any) ->
 
 @pytest.fixture(scope="module")
 def hand_page(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The page of HAND_DAILY over D0..D3 with one alert."""
+    """The page of HAND_DAILY over D0..D3 with one alert; no calibration published."""
     fired = [(D2, "all", "all", 5, "mean", "alert", 1234.5678, 2e3)]
     data = build_report_data(
         HAND_DAILY, None, None, None, D0, D3, alerts=_frame_of(list(map(_alert_row, fired)), ALERTS)
@@ -479,6 +479,12 @@ def test_tables_round_floats_to_3_significant_digits(hand_page: str) -> None:
     listed = _section(hand_page, "alerts")
     assert ">1230<" in listed and ">-765<" in listed and ">600<" in listed and ">4<" in listed
     assert "1234.5" not in hand_page and "765.4" not in hand_page
+
+
+def test_the_calibration_note_is_said_once(hand_page: str) -> None:
+    """No calibration published: one note, not one under every time series."""
+    assert hand_page.count("inputs.calibration") == 1
+    assert "None published (inputs.calibration)" in _section(hand_page, "calibration")
 
 
 # --- the images and the page ----------------------------------------------------------------

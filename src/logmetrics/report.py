@@ -495,7 +495,6 @@ class _Section:
     table: pd.DataFrame | None
     png: Path | None
     missing_note: str = ""
-    over_days: bool = False  # a time series: the detector's calibration is shown beside it
 
 
 def render(data: ReportData, out_dir: Path) -> Path:
@@ -632,7 +631,6 @@ def _median_band_section(data: ReportData, out_dir: Path) -> _Section:
         "(quantiles are per day: they are never averaged across days).",
         data.median_band,
         _save(fig, out_dir / "median_band.png"),
-        over_days=True,
     )
 
 
@@ -661,7 +659,6 @@ def _share_section(data: ReportData, out_dir: Path) -> _Section:
         + _marks_caption(data),
         data.share,
         _save(fig, out_dir / "share_at_or_below_threshold.png"),
-        over_days=True,
     )
 
 
@@ -685,7 +682,6 @@ def _mean_section(data: ReportData, out_dir: Path) -> _Section:
         "regression." + _marks_caption(data),
         data.mean,
         _save(fig, out_dir / "mean.png"),
-        over_days=True,
     )
 
 
@@ -843,7 +839,6 @@ def _missing_section(data: ReportData, out_dir: Path) -> _Section:
         f"in %, listed as a fraction). Over the range: {missing:,} of {results:,} = {overall}.",
         data.missing,
         _save(fig, out_dir / "missing_cluster_rate.png"),
-        over_days=True,
     )
 
 
@@ -885,7 +880,6 @@ def _cost_section(data: ReportData, out_dir: Path) -> _Section:
         + ".",
         cost,
         _save(fig, out_dir / "redundancy_cost.png"),
-        over_days=True,
     )
 
 
@@ -991,6 +985,7 @@ def _html(data: ReportData, sections: list[_Section]) -> str:
         "(segment = 'all') unless a section says otherwise. Every figure is drawn from the "
         "table beside it, read from the Delta tables.</p>",
         *_alerts_html(data),
+        *_calibration_html(data),
     ]
     for section in sections:
         parts.append(f'<section id="{section.name}"><h2>{html.escape(section.title)}</h2>')
@@ -1005,8 +1000,6 @@ def _html(data: ReportData, sections: list[_Section]) -> str:
             f'src="data:image/png;base64,{encoded}">'
         )
         parts.append(f'<div class="numbers">{_table_html(section.table)}</div></div>')
-        if section.over_days:
-            parts += _calibration_html(data)
         parts.append("</section>")
     if data.evaluation is not None:
         parts.append('<section id="evaluation"><h2>Evaluation (judged), averaged rows</h2>')
@@ -1020,35 +1013,39 @@ def _html(data: ReportData, sections: list[_Section]) -> str:
 
 
 def _calibration_html(data: ReportData) -> list[str]:
-    """Under a time series: the detector's calibration of each cluster table version its days
-    were computed from (the numbers inherit its errors), and the days the version changed."""
+    """Once, before the figures: the detector's calibration of each cluster table version the
+    range's days were computed from (every time series inherits its errors), and the days the
+    version changed (the dotted line on those figures)."""
+    parts = ['<section id="calibration"><h2>Detector calibration</h2>']
     if data.calibration is None:
-        return [
-            '<p class="note">Detector calibration: none published (inputs.calibration): '
-            "these numbers stand without the detector's measured precision and recall.</p>"
-        ]
+        parts.append(
+            '<p class="note">None published (inputs.calibration): the numbers of this report '
+            "stand without the detector's measured precision and recall.</p></section>"
+        )
+        return parts
     changes = _version_changes(data.versions) if data.versions is not None else []
     moved = "; ".join(
         f"{day}: version {'?' if version is None else version}" for day, version in changes
     )
     lacking = data.calibration[~data.calibration["calibrated"]]
-    parts = [
-        '<p class="caption">Detector calibration of the cluster table version(s) these days '
-        "were computed from (pair precision: of the pairs put in one cluster, the share that "
-        "are duplicates; pair recall: of the duplicate pairs, the share put in one cluster). "
+    parts.append(
+        '<p class="caption">Detector calibration of the cluster table version(s) the time '
+        "series' days were computed from (pair precision: of the pairs put in one cluster, the "
+        "share that are duplicates; pair recall: of the duplicate pairs, the share put in one "
+        "cluster). "
         + (
-            f"The version changed on {html.escape(moved)} (dotted line): a move there may be "
-            "the detector's, not the index's."
+            f"The version changed on {html.escape(moved)} (dotted line on the time series): a "
+            "move there may be the detector's, not the index's."
             if changes
             else "One version over the whole range."
         )
         + "</p>"
-    ]
+    )
     if not lacking.empty:
         versions = ", ".join(str(v) for v in lacking["cluster_table_version"])
         parts.append(f'<p class="note">No calibration row for version(s) {versions}.</p>')
     shown = data.calibration.drop(columns=["calibrated"])
-    parts.append(f'<div class="numbers">{_table_html(shown)}</div>')
+    parts.append(f'<div class="numbers">{_table_html(shown)}</div></section>')
     return parts
 
 
