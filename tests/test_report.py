@@ -459,6 +459,45 @@ def test_what_crowds_the_window_is_the_last_day_and_each_alert_day(data: Any) ->
     assert set(shown["segment"]) == {"all"}
 
 
+def test_a_segment_alert_is_marked_whatever_fired_on_all_traffic_that_day() -> None:
+    """On D2 all traffic fired at k=5 (the mean) and at k=10 (the share), surface=app at k=10
+    (the mean): the mean figure marks k=5's point and app's band, named with its k; no mark of
+    a k the figure does not draw (k=20) nor of the other statistic."""
+    from logmetrics.report import alert_marks
+
+    fired = [
+        (D2, "all", "all", 5, "mean", "alert", 1.25, 1.75),
+        (D2, "all", "all", 10, "share_at_or_below_threshold", "alert", 0.75, 0.5),
+        (D2, "surface", "app", 10, "mean", "alert", 2.25, 2.75),
+        (D2, "surface", "web", 20, "mean", "alert", 3.0, 3.5),  # k=20 is not drawn
+        (D3, "surface", "app", 10, "mean", "improvement", 3.0, 2.5),
+        (D3, "all", "all", 10, "mean", "ok", 2.0, 2.0),
+    ]
+    alerts = _frame_of([_alert_row(r) for r in fired], ALERTS)
+    data = build_report_data(HAND_DAILY, None, None, None, D0, D3, alerts=alerts)
+    columns = ["metric_date", "k", "status", "is_point", "value", "label"]
+    mean = alert_marks(data.alerts, "mean", data.mean["k"])
+    assert mean[columns].values.tolist() == [
+        [D2, 5, "alert", True, 1.25, "k=5"],
+        [D2, 10, "alert", False, 2.25, "surface=app k=10"],
+        [D3, 10, "improvement", False, 3.0, "surface=app k=10"],
+    ]
+    share = alert_marks(data.alerts, "share_at_or_below_threshold", data.share["k"])
+    assert share[columns].values.tolist() == [[D2, 10, "alert", True, 0.75, "k=10"]]
+    # Filtered to the figure's k: a figure of k=5 alone has only k=5's point.
+    assert alert_marks(data.alerts, "mean", [5])[columns].values.tolist() == [
+        [D2, 5, "alert", True, 1.25, "k=5"]
+    ]
+    # The segments figure's panel of `surface` at k=10: its values' rows, on their lines.
+    panel = alert_marks(data.alerts, "mean", [10], segment="surface")
+    assert panel[columns].values.tolist() == [
+        [D2, 10, "alert", True, 2.25, "surface=app k=10"],
+        [D3, 10, "improvement", True, 3.0, "surface=app k=10"],
+    ]
+    assert alert_marks(None, "mean", [5, 10]).empty
+    assert alert_marks(alerts.iloc[:0], "mean", [5, 10]).empty
+
+
 @pytest.fixture(scope="module")
 def hand_page(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The page of HAND_DAILY over D0..D3 with one alert; no calibration published."""

@@ -19,6 +19,7 @@ import base64
 import datetime as dt
 import html
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -644,7 +645,7 @@ def _share_section(data: ReportData, out_dir: Path) -> _Section:
             markersize=3,
             label=f"k={k}",
         )
-    _mark_alerts(ax, data, SHARE_STATISTIC, scale=100)
+    _draw_marks(ax, alert_marks(data.alerts, SHARE_STATISTIC, data.share["k"]), scale=100)
     threshold = "threshold" if data.threshold is None else str(data.threshold)
     ax.set_ylabel(f"queries with unique clusters ≤ {threshold} (% of the day's queries)")
     ax.set_ylim(0, 100)
@@ -668,7 +669,7 @@ def _mean_section(data: ReportData, out_dir: Path) -> _Section:
         ax.plot(
             _dates(group["metric_date"]), group["mean"], marker="o", markersize=3, label=f"k={k}"
         )
-    _mark_alerts(ax, data, MEAN_STATISTIC)
+    _draw_marks(ax, alert_marks(data.alerts, MEAN_STATISTIC, data.mean["k"]))
     ax.set_ylabel("mean unique clusters in the top-k (count)")
     highest = data.mean["mean"].astype("float64").max()
     ax.set_ylim(0, highest * 1.08 if highest > 0 else None)  # room for a marker on top
@@ -686,65 +687,114 @@ def _mean_section(data: ReportData, out_dir: Path) -> _Section:
 
 
 _MARKS = {ALERT: ("tab:red", "X", "alert"), IMPROVEMENT: ("tab:green", "P", "improvement")}
+MARK_COLUMNS = ["metric_date", "k", "segment", "segment_value", "status", "value", "is_point"]
+MARK_COLUMNS += ["label"]
 
 
-def _mark_alerts(ax: Any, data: ReportData, statistic: str, scale: float = 1.0) -> None:
-    """An alert (red) or improvement (green) of `statistic`: a large marker on the all-traffic
-    point it fired on, and a band over its day, naming the segment values, when it fired in
-    segments only."""
-    from matplotlib.transforms import blended_transform_factory
+def alert_marks(
+    alerts: pd.DataFrame | None, statistic: str, ks: Iterable[int], segment: str = ALL_TRAFFIC
+) -> pd.DataFrame:
+    """The marks a time series of `statistic` drawn at `ks` carries, one per alert or
+    improvement of `alerts` (`ReportData.alerts`) at one of those ks, as `MARK_COLUMNS`.
 
-    if data.alerts is None or data.alerts.empty:
+    On a figure of all traffic (`segment` = 'all'): an all-traffic row is a point on its k's
+    line (`is_point`, at `value`), a segment row a band over its day, whatever else fired that
+    day. On a panel of one segment column: its values' rows, each a point on the value's line.
+    `label` names the row: 'k=5' for all traffic, 'surface=app k=10' for a segment value."""
+    if alerts is None or alerts.empty:
+        return pd.DataFrame(columns=MARK_COLUMNS)
+    rows = alerts[
+        alerts["status"].isin(list(_MARKS))
+        & (alerts["statistic"] == statistic)
+        & alerts["k"].isin({int(k) for k in ks})
+    ]
+    if segment != ALL_TRAFFIC:
+        rows = rows[rows["segment"] == segment]
+    marks = pd.DataFrame(
+        {
+            "metric_date": rows["metric_date"].map(as_date),
+            "k": rows["k"].astype("int64"),
+            "segment": rows["segment"],
+            "segment_value": rows["segment_value"],
+            "status": rows["status"],
+            "value": rows["value"].astype("float64"),
+            "is_point": (rows["segment"] == segment) | (segment != ALL_TRAFFIC),
+            "label": [_where(r.segment, r.segment_value, r.k) for r in rows.itertuples()],
+        },
+        columns=MARK_COLUMNS,
+    )
+    return marks.sort_values(["metric_date", "k", "segment", "segment_value"]).reset_index(
+        drop=True
+    )
+
+
+def _where(segment: str, value: str, k: int | None = None) -> str:
+    """'all traffic' or 'surface=app', with ' k=10' when `k` is given ('k=10' alone for all
+    traffic)."""
+    if segment == ALL_TRAFFIC:
+        return "all traffic" if k is None else f"k={k}"
+    return f"{segment}={value}" + ("" if k is None else f" k={k}")
+
+
+def _draw_marks(ax: Any, marks: pd.DataFrame, scale: float = 1.0) -> None:
+    """`alert_marks` on `ax`: each point, a large marker on its line with its label beside it
+    (one legend entry per status and k); each day's band, one per status, its segment values
+    named in its legend entry, a line each (`_band_names`)."""
+    if marks.empty:
         return
-    fired = data.alerts[data.alerts["statistic"] == statistic]
-    everything = fired["segment"] == ALL_TRAFFIC
-    points = fired[everything]
     for status, (colour, marker, name) in _MARKS.items():
-        mine = points[points["status"] == status]
-        if not mine.empty:
+        mine = marks[marks["status"] == status]
+        points = mine[mine["is_point"].astype(bool)]
+        for k, group in points.groupby("k"):
+            where = " (all traffic)" if (group["segment"] == ALL_TRAFFIC).all() else ""
             ax.scatter(
-                _dates(mine["metric_date"]),
-                mine["value"] * scale,
+                _dates(group["metric_date"]),
+                group["value"] * scale,
                 s=120,
                 marker=marker,
                 color=colour,
                 zorder=5,
-                label=f"{name} (all traffic)",
+                label=f"{name}, k={k}{where}",
             )
-        shown = set(mine["metric_date"])
-        in_segments = fired[~everything & (fired["status"] == status)]
-        days = sorted(set(in_segments["metric_date"]) - shown)
-        for i, day in enumerate(days):
+            for row in group.itertuples():
+                ax.annotate(
+                    row.label,
+                    (dt.datetime.combine(row.metric_date, dt.time()), row.value * scale),
+                    xytext=(7, 4),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color=colour,
+                    zorder=6,
+                )
+        bands = mine[~mine["is_point"].astype(bool)]
+        for day, group in bands.groupby("metric_date"):
             start = dt.datetime.combine(day, dt.time()) - dt.timedelta(hours=12)
-            ax.axvspan(
+            ax.axvspan(  # named in the legend: beside the axes, no line runs through the names
                 start,
                 start + dt.timedelta(days=1),
                 color=colour,
                 alpha=0.15,
                 zorder=0,
-                label=f"{name} in a segment only" if i == 0 else None,
+                label=f"{name} in a segment on\n{day.isoformat()} (band):\n"
+                + "\n".join(_band_names(group)),
             )
-            where = in_segments[in_segments["metric_date"] == day]
-            names = sorted({f"{r.segment}={r.segment_value}" for r in where.itertuples()})
-            ax.text(  # at the band's foot, left of the day's points
-                start + dt.timedelta(hours=4),
-                0.02,
-                ", ".join(names),
-                transform=blended_transform_factory(ax.transData, ax.transAxes),
-                rotation=90,
-                ha="center",
-                va="bottom",
-                fontsize=7,
-                color=colour,
-            )
+
+
+def _band_names(marks: pd.DataFrame) -> list[str]:
+    """A band's segment values, one line each with the ks they fired at: 'surface=app k=5,10'."""
+    return [
+        f"{segment}={value} k=" + ",".join(str(k) for k in sorted(group["k"]))
+        for (segment, value), group in marks.groupby(["segment", "segment_value"])
+    ]
 
 
 def _marks_caption(data: ReportData) -> str:
     if data.alerts is None:
         return " (No unique_clusters_alerts table: no alert marks.)"
     return (
-        " Marked: an alert (red X) or improvement (green +) of all traffic on its point; a "
-        "red or green band over a day where one fired in a segment only (see Alerts)."
+        " Marked: an alert (red X) or improvement (green +) of all traffic on its k's point, "
+        "its k beside it; a red or green band over a day with one in a segment, whatever else "
+        "fired that day, its segment values and ks named in the legend (see Alerts)."
     )
 
 
