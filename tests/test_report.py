@@ -24,7 +24,6 @@ from logmetrics.report import (
     FIGURE_DPI,
     FIGURE_SIZE,
     build_report_data,
-    histogram_quantile,
     load_report_data,
     render,
 )
@@ -372,18 +371,29 @@ def test_cost_is_the_all_traffic_rows_in_range(data: Any) -> None:
     )
 
 
-def test_segments_compare_values_at_the_largest_k_over_the_range(data: Any) -> None:
+def test_segments_are_daily_rows_per_value_at_the_default_k(data: Any) -> None:
+    """ks 2 and 3, no 10: the largest, 3; one row per (segment value, day) in the range."""
     seg = data.segments
-    assert seg["segment_value"].tolist() == ["app", "web"]
+    assert list(seg.columns) == [
+        "metric_date", "segment", "segment_value", "k", "queries", "mean",
+        "share_at_or_below_threshold",
+    ]  # fmt: skip
+    assert list(zip(seg.segment_value, seg.metric_date, strict=True)) == [
+        ("app", D1),
+        ("app", D2),
+        ("app", D3),
+        ("web", D1),
+        ("web", D2),
+        ("web", D3),
+    ]  # fmt: skip  (D0's web [0, 0, 0, 9] is outside the range)
     assert set(seg["segment"]) == {"surface"} and set(seg["k"]) == {3}
-    # web: [0,1,1,0] + [0,0,1,1] + [1,0,0,1] = [1,1,2,2]: 6 queries, mean 11/6,
-    # values 0 1 2 2 3 3, median at 2.5 -> between 2 and 2 = 2.
-    # (D0's [0,0,0,9] is outside the range.)
-    # app: [0,0,1,1] + [0,1,1,2] + [0,2,2,5] = [0,3,4,8]: 15 queries, mean 35/15, median 3.
-    assert seg["queries"].tolist() == [15, 6]
-    assert seg["days"].tolist() == [3, 3]
-    assert seg["mean_unique_clusters"].tolist() == pytest.approx([35 / 15, 11 / 6])
-    assert seg["median_unique_clusters"].tolist() == [3.0, 2.0]
+    # app: [0,0,1,1] -> 5/2; [0,1,1,2] -> 9/4; [0,2,2,5] -> 21/9.
+    # web: [0,1,1,0] -> 3/2; [0,0,1,1] -> 5/2; [1,0,0,1] -> 3/2.
+    assert seg["queries"].tolist() == [2, 4, 9, 2, 2, 2]
+    assert seg["mean"].tolist() == pytest.approx([5 / 2, 9 / 4, 21 / 9, 3 / 2, 5 / 2, 3 / 2])
+    assert seg["share_at_or_below_threshold"].tolist() == pytest.approx(
+        [1 / 2, 2 / 4, 4 / 9, 1.0, 1 / 2, 1 / 2]
+    )
 
 
 def test_evaluation_shows_only_the_averaged_rows(data: Any) -> None:
@@ -404,17 +414,6 @@ def test_default_range_is_every_date_in_the_daily_table(
     assert (everything.start, everything.end) == (D0, D3)
     assert everything.missing["metric_date"].tolist() == [D0, D1, D2, D3]
     assert everything.k_sweep["queries"].tolist() == [22, 22, 22]
-
-
-def test_histogram_quantile_matches_numpy_percentile() -> None:
-    rng = np.random.default_rng(3)
-    for _ in range(200):
-        hist = rng.integers(0, 5, size=rng.integers(1, 8)).tolist()
-        if sum(hist) == 0:
-            continue
-        values = np.repeat(np.arange(len(hist)), hist)
-        for p in (0.1, 0.25, 0.5, 0.75, 0.9):
-            assert histogram_quantile(hist, p) == np.percentile(values, 100 * p)
 
 
 def test_latest_histogram_skips_a_trailing_day_without_queries() -> None:
@@ -578,7 +577,7 @@ def test_html_is_self_contained_and_shows_the_numbers(rendered: Path) -> None:
         assert f">{number}<" in sweep, number
     assert ">0.9<" in _section(page, "median_band")
     segments = _section(page, "segments")
-    assert ">2.33<" in segments and ">1.83<" in segments and ">web<" in segments
+    assert ">2.33<" in segments and ">2.25<" in segments and ">web<" in segments
     assert ">0.613<" in page and ">0.432<" in page and "0.988" not in page
     assert ">0.025<" in _section(page, "missing_cluster_rate")
 

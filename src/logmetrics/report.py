@@ -29,7 +29,7 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from logmetrics.config import Config, OutputConfig
+from logmetrics.config import Config, OutputConfig, default_k
 from logmetrics.errors import ConfigError, LogmetricsError
 from logmetrics.rules.alerts import as_date
 from logmetrics.rules.calibration import calibration_of, version_key
@@ -86,7 +86,7 @@ class ReportData:
     max_missing_cluster_rate: float | None
     k_sweep: pd.DataFrame | None  # k, queries, unique_clusters_total, mean_..., distinct_...
     cost: pd.DataFrame | None  # metric_date, k, queries, slots, redundant_slots, ..._usd
-    segments: pd.DataFrame | None  # segment, segment_value, k, queries, mean_..., median_...
+    segments: pd.DataFrame | None  # metric_date, segment, segment_value, k, queries, mean, share
     evaluation: pd.DataFrame | None  # run, k, metric, value (+ queries): the ALL rows
     alerts: pd.DataFrame | None = None  # the alert and improvement rows, every segment
     # None: no unique_clusters_alerts table (no marks); empty: nothing fired in the range.
@@ -422,49 +422,16 @@ def _cost(rows: pd.DataFrame | None, ks: set[int]) -> pd.DataFrame | None:
 
 
 def _segments(daily: pd.DataFrame) -> pd.DataFrame | None:
-    """Per segment value, at the largest k of the segment rows, over the range: the mean
-    (total clusters / queries) and the median of the summed histograms (histograms add;
-    daily medians do not average)."""
+    """Per segment value and day, at the default k of the segment rows (`config.default_k`):
+    the day's queries, mean and share at or below the threshold, as published."""
     rows = daily[daily["segment"] != ALL_TRAFFIC]
     if rows.empty:
         return None
-    k = int(rows["k"].max())
-    out = []
-    for (segment, value), group in rows[rows["k"] == k].groupby(["segment", "segment_value"]):
-        hist = np.sum([np.asarray(h, dtype=np.int64) for h in group["histogram"]], axis=0)
-        queries = int(hist.sum())
-        out.append(
-            {
-                "segment": segment,
-                "segment_value": value,
-                "k": k,
-                "days": int(group["metric_date"].nunique()),
-                "queries": queries,
-                "mean_unique_clusters": (
-                    float((hist * np.arange(len(hist))).sum() / queries) if queries else np.nan
-                ),
-                "median_unique_clusters": histogram_quantile(hist, 0.5),
-            }
-        )
-    return pd.DataFrame(out).sort_values(["segment", "segment_value"]).reset_index(drop=True)
-
-
-def histogram_quantile(hist: Any, p: float) -> float:
-    """The p-quantile of the values a histogram counts, as numpy.percentile (linear)."""
-    counts = np.asarray(hist, dtype=np.int64)
-    n = int(counts.sum())
-    if n == 0:
-        return float("nan")
-    cumulative = np.cumsum(counts)
-
-    def value_at(index: int) -> float:  # the value at this sorted index
-        return float(np.searchsorted(cumulative, index, side="right"))
-
-    position = p * (n - 1)
-    below = int(np.floor(position))
-    above = min(below + 1, n - 1)
-    low, high, t = value_at(below), value_at(above), position - below
-    return high - (high - low) * (1 - t) if t >= 0.5 else low + (high - low) * t
+    rows = rows[rows["k"] == default_k(rows["k"])]
+    columns = ["metric_date", "segment", "segment_value", "k", "queries", "mean"]
+    columns.append("share_at_or_below_threshold")
+    keys = ["segment", "segment_value", "metric_date"]
+    return rows[columns].sort_values(keys).reset_index(drop=True)
 
 
 def _evaluation_frame(rows: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -981,25 +948,39 @@ def _segments_section(data: ReportData, out_dir: Path) -> _Section:
     segments = data.segments
     assert segments is not None
     names = sorted(segments["segment"].unique())
-    fig, axes = _figure(len(names))
     k = int(segments["k"].iloc[0])
+    fig, axes = _figure(len(names))
     for ax, name in zip(axes, names, strict=False):
-        group = segments[segments["segment"] == name].reset_index(drop=True)
-        positions = np.arange(len(group))
-        ax.barh(positions, group["mean_unique_clusters"], color="tab:green", label="mean")
-        ax.plot(group["median_unique_clusters"], positions, "D", color="black", label="median")
-        ax.set_yticks(positions, [str(v) for v in group["segment_value"]])
-        ax.set_xlabel(f"unique clusters in the top-{k} (count)")
-        ax.set_ylabel(f"{name} (segment value)")
+        column = segments[segments["segment"] == name]
+        for value, group in column.groupby("segment_value"):
+            ax.plot(
+                _dates(group["metric_date"]), group["mean"], marker="o", markersize=2, label=value
+            )
+        _draw_marks(ax, alert_marks(data.alerts, MEAN_STATISTIC, [k], segment=name))
+        ax.set_ylabel(f"mean unique clusters in the top-{k} (count)")
         ax.set_title(f"by {name}", fontsize=10)
-        ax.grid(True, axis="x", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"Unique-clusters@{k} per segment value, over {_range_text(data)}")
+        _date_axis(ax, data)
+        ax.legend(
+            fontsize=8,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.16),
+            ncol=4,
+            title=f"{name} (segment value)",
+            title_fontsize=8,
+        )
+    fig.suptitle(f"Daily mean unique-clusters@{k} per segment value\n{_range_text(data)}")
+    marks = (
+        " (No unique_clusters_alerts table: no alert marks.)"
+        if data.alerts is None
+        else " Marked on a value's line: an alert (red X) or improvement (green +) of its mean "
+        f"at k={k}, named beside it (other ks and the share: see Alerts)."
+    )
     return _Section(
         "segments",
         "Segments",
-        f"Per segment value at k={k}, over the range: the mean (total clusters / queries) and "
-        "the median of the summed daily histograms.",
+        f"Per segment column, the daily mean of each of its values at k={k} (10 when measured, "
+        "else the largest k), so that a change in one segment shows beside the others; a fall "
+        "is a regression." + marks,
         segments,
         _save(fig, out_dir / "segments.png"),
     )
