@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import html
 import re
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from logmetrics import cli
-from logmetrics.config import OutputConfig, load_config
+from logmetrics.config import AlertsConfig, OutputConfig, load_config
 from logmetrics.report import (
     FIGURE_DPI,
     FIGURE_SIZE,
@@ -162,9 +163,9 @@ CROWDING_ROWS = [
 ]
 
 
-def _crowding_rows() -> list[tuple[Any, ...]]:
+def _crowding_rows(spec: list[tuple[Any, ...]] = CROWDING_ROWS) -> list[tuple[Any, ...]]:
     out, ranks = [], {}
-    for day, k, segment, value, cluster_id, chunk_id, slots in CROWDING_ROWS:
+    for day, k, segment, value, cluster_id, chunk_id, slots in spec:
         rank = ranks[(day, k, segment, value)] = ranks.get((day, k, segment, value), 0) + 1
         row = {
             "metric_date": day,
@@ -497,6 +498,60 @@ def test_a_segment_alert_is_marked_whatever_fired_on_all_traffic_that_day() -> N
     assert alert_marks(alerts.iloc[:0], "mean", [5, 10]).empty
 
 
+def test_what_crowds_the_window_is_at_the_alerts_k_beside_its_baseline(tmp_path: Path) -> None:
+    """D2's alert (all traffic, k=5, the mean), judged against D1 and D0 (trailing, 2 days):
+    its top keys at k=5, each beside its mean over those days (0 on a day that did not list
+    it) and NEW when neither listed it; the last day D3, without an alert: the default k, 10,
+    and no baseline."""
+    settings = AlertsConfig(
+        baseline="trailing", baseline_days=2, min_baseline_days=2, min_queries=1
+    )
+    crowding = [
+        (D0, 5, "all", "all", "A", None, 4),
+        (D0, 5, "all", "all", "B", None, 2),
+        (D1, 5, "all", "all", "A", None, 6),
+        (D1, 5, "all", "all", "C", None, 1),
+        (D2, 5, "all", "all", "A", None, 9),
+        (D2, 5, "all", "all", None, "chunk-x", 4),
+        (D2, 5, "all", "all", "B", None, 3),
+        (D2, 10, "all", "all", "Z", None, 50),  # not the alert's k
+        (D2, 5, "surface", "app", "Y", None, 70),  # not the alert's segment row
+        (D3, 10, "all", "all", "A", None, 7),
+        (D3, 5, "all", "all", "W", None, 5),  # not the default k
+    ]
+    alerts = _frame_of([_alert_row((D2, "all", "all", 5, "mean", "alert", 1.5, 1.625))], ALERTS)
+    data = build_report_data(
+        HAND_DAILY[HAND_DAILY["metric_date"] >= D1],
+        None,
+        None,
+        None,
+        D1,
+        D3,
+        alerts=alerts,
+        crowding=_frame_of(_crowding_rows(crowding), CROWDING),
+        history=HAND_DAILY,  # D0 is outside the range, but D2's baseline
+        alert_settings=settings,
+    )
+    columns = ["metric_date", "k", "cluster_id", "chunk_id", "redundant_slots"]
+    columns += ["baseline_redundant_slots", "is_new", "statistic"]
+    expected = pd.DataFrame(
+        [
+            [D2, 5, "A", None, 9, 5.0, False, "mean"],  # (6 + 4) / 2
+            [D2, 5, None, "chunk-x", 4, 0.0, True, "mean"],
+            [D2, 5, "B", None, 3, 1.0, False, "mean"],  # (0 + 2) / 2
+            [D3, 10, "A", None, 7, np.nan, None, None],
+        ],
+        columns=columns,
+    )
+    pd.testing.assert_frame_equal(data.crowding[columns], expected, check_dtype=False)
+    page = html.unescape(render(data, tmp_path / "r").read_text())
+    alert_day = _section(page, "crowding_2026-10-02")
+    assert "An alert day, at the alert's k (5): ALERT 2026-10-02 all traffic k=5 mean" in alert_day
+    assert "Beside each key, its mean over the alert's 4 baseline days" in alert_day
+    last_day = _section(page, "crowding_2026-10-03")
+    assert "without an alert: at k=10, the report's default k" in last_day
+
+
 @pytest.fixture(scope="module")
 def hand_page(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The page of HAND_DAILY over D0..D3 with one alert; no calibration published."""
@@ -584,10 +639,17 @@ def test_html_is_self_contained_and_shows_the_numbers(rendered: Path) -> None:
 
 def test_what_crowds_the_window_has_a_chart_and_table_per_day(rendered: Path) -> None:
     page = rendered.read_text(encoding="utf-8")
-    alert_day = _section(page, "crowding_2026-10-02")
-    assert "(an alert day)" in alert_day and ">c10<" in alert_day and ">c11<" not in alert_day
-    last_day = _section(page, "crowding_2026-10-03")
-    assert "(the last day of the report)" in last_day and ">chunk-x<" in last_day
+    alert_day = html.unescape(_section(page, "crowding_2026-10-02"))
+    assert (
+        "An alert day, at the alert's k (3): ALERT 2026-10-02 all traffic k=3 "
+        "share_at_or_below_threshold: 0.6667 vs baseline 0.3000 ± 0.0500"
+    ) in alert_day
+    # Its baseline days (the same weekday, 1 to 4 weeks back) have no published rows here.
+    assert "None of its baseline days is in the published tables" in alert_day
+    assert ">c10<" in alert_day and ">c11<" not in alert_day
+    last_day = html.unescape(_section(page, "crowding_2026-10-03"))
+    assert "without an alert: at k=3, the report's default k" in last_day
+    assert ">chunk-x<" in last_day
     assert 'id="crowding_2026-10-01"' not in page
     for day in ("2026-10-02", "2026-10-03"):
         assert (rendered.parent / f"crowding_{day}.png").stat().st_size > 0

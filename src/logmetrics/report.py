@@ -29,9 +29,9 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from logmetrics.config import Config, OutputConfig, default_k
+from logmetrics.config import AlertsConfig, Config, OutputConfig, default_k
 from logmetrics.errors import ConfigError, LogmetricsError
-from logmetrics.rules.alerts import as_date
+from logmetrics.rules.alerts import as_date, baseline_dates, culprits, describe
 from logmetrics.rules.calibration import calibration_of, version_key
 from logmetrics.schemas import (
     ALERT,
@@ -90,7 +90,8 @@ class ReportData:
     evaluation: pd.DataFrame | None  # run, k, metric, value (+ queries): the ALL rows
     alerts: pd.DataFrame | None = None  # the alert and improvement rows, every segment
     # None: no unique_clusters_alerts table (no marks); empty: nothing fired in the range.
-    crowding: pd.DataFrame | None = None  # the top keys shown, per day (`_crowding_shown`)
+    crowding: pd.DataFrame | None = None  # the top keys shown, per day (`_crowding_shown`),
+    # each beside its mean over the day's alert's baseline days and whether it is new there.
     # The cluster table version each day was computed from (metric_date, cluster_table_version)
     # and, per version the range used, the detector's calibration (`_calibration_frame`); None:
     # no calibration was ever published.
@@ -111,6 +112,8 @@ _EVALUATION_COLUMNS = ["run", "k", "metric", "value"]
 _CROWDING_COLUMNS = ["metric_date", "k", "segment", "segment_value", "rank", "cluster_id"]
 _CROWDING_COLUMNS += ["chunk_id", "redundant_slots", "requests_affected"]
 _CROWDING_COLUMNS += ["share_of_redundant_slots", "cluster_size"]
+_CROWDING_SHOWN_COLUMNS = [*_CROWDING_COLUMNS[:8], "baseline_redundant_slots", "is_new"]
+_CROWDING_SHOWN_COLUMNS += [*_CROWDING_COLUMNS[8:], "statistic"]
 CROWDING_SHOWN = 10
 """Keys shown per day in "What crowds the window"."""
 
@@ -150,14 +153,7 @@ def load_report_data(
     cost = _optional(spark, output, REDUNDANCY_COST_TABLE, start, end, _COST_COLUMNS)
     alerts_df = read_table(spark, output, ALERTS_TABLE)  # absent: no marks, and no error
     alerts = None if alerts_df is None else _in_range(alerts_df, start, end, _ALERT_COLUMNS)
-    crowding_df = read_table(spark, output, CROWDING_TABLE)
-    crowding = (
-        None
-        if crowding_df is None
-        else _in_range(
-            crowding_df.where(F.col("rank") <= CROWDING_SHOWN), start, end, _CROWDING_COLUMNS
-        )
-    )
+    crowding, history = _crowding_inputs(spark, config, daily_df, end, alerts)
     calibration_df = read_table(spark, output, DETECTOR_CALIBRATION_TABLE)
     return build_report_data(
         daily,
@@ -169,6 +165,8 @@ def load_report_data(
         max_missing_cluster_rate=config.quality.max_missing_cluster_rate,
         alerts=alerts,
         crowding=crowding,
+        history=history,
+        alert_settings=config.alerts,
         calibration=None
         if calibration_df is None
         else calibration_df.select(*CALIBRATION.fieldNames()).toPandas(),
@@ -180,6 +178,33 @@ def _in_range(df: DataFrame, start: dt.date, end: dt.date, columns: list[str]) -
     """The range's rows, few (days x k x segment values), as pandas."""
     rows = df.where(F.col("metric_date").between(start, end)).select(*columns)
     return rows.toPandas()
+
+
+def _crowding_inputs(
+    spark: SparkSession,
+    config: Config,
+    daily_df: DataFrame,
+    end: dt.date,
+    alerts: pd.DataFrame | None,
+) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """The crowding rows "What crowds the window" is drawn from: the top keys of the last day
+    and of each alert day, and every key listed on those alerts' baseline days; and the daily
+    rows of the alert days and their baseline days, which say which baseline days qualified
+    (`rules.alerts.culprits`). (None, None) without the crowding table."""
+    crowding_df = read_table(spark, config.output, CROWDING_TABLE)
+    if crowding_df is None:
+        return None, None
+    fired = pd.DataFrame(columns=_ALERT_COLUMNS) if alerts is None else alerts
+    days = {as_date(d) for d in fired.loc[fired["status"] == ALERT, "metric_date"]}
+    baseline = sorted({b for d in days for b in baseline_dates(d, config.alerts)})
+    wanted = F.col("metric_date").isin(sorted(days | {end})) & (F.col("rank") <= CROWDING_SHOWN)
+    if baseline:
+        wanted = wanted | F.col("metric_date").isin(baseline)
+    rows = pd.DataFrame(crowding_df.where(wanted).select(*_CROWDING_COLUMNS).toPandas())
+    if not days:
+        return rows, pd.DataFrame(columns=DAILY_COLUMNS)
+    judged = daily_df.where(F.col("metric_date").isin(sorted(days | set(baseline))))
+    return rows, pd.DataFrame(judged.select(*DAILY_COLUMNS).toPandas(), columns=DAILY_COLUMNS)
 
 
 def _optional(
@@ -222,19 +247,25 @@ def build_report_data(
     max_missing_cluster_rate: float | None = None,
     alerts: pd.DataFrame | None = None,
     crowding: pd.DataFrame | None = None,
+    history: pd.DataFrame | None = None,
+    alert_settings: AlertsConfig | None = None,
     calibration: pd.DataFrame | None = None,
     detector: str | None = None,
 ) -> ReportData:
     """The figures' frames from the tables' rows in [start, end] (pure pandas); `alerts`, the
-    unique_clusters_alerts rows of the range, `crowding`, its unique_clusters_crowding rows,
-    and `calibration`, every detector_calibration row (each None when the table does not
-    exist); `detector`, the label that describes a cluster table without versions."""
+    unique_clusters_alerts rows of the range, `crowding`, unique_clusters_crowding rows (at
+    least the top `CROWDING_SHOWN` of the last day and of the alert days, and every row of
+    those alerts' baseline days), and `calibration`, every detector_calibration row (each None
+    when the table does not exist); `history`, the daily rows of the alert days and their
+    baseline days, judged by `alert_settings` (either None: no baseline beside the keys);
+    `detector`, the label that describes a cluster table without versions."""
     everything = _all_traffic(daily)
     if everything.empty:
         raise ReportError(f"{DAILY_TABLE.name} has no all-traffic rows from {start} to {end}")
     histogram_date, histogram = _latest_histogram(everything)
     versions = _versions(everything)
     thresholds = everything["threshold"].dropna().unique()
+    k = default_k(everything["k"])
     return ReportData(
         start=start,
         end=end,
@@ -254,7 +285,7 @@ def build_report_data(
         segments=_segments(daily),
         evaluation=_evaluation_frame(evaluation),
         alerts=_fired(alerts),
-        crowding=_crowding_shown(crowding, _fired(alerts), end),
+        crowding=_crowding_shown(crowding, _fired(alerts), end, k, history, alert_settings),
         versions=versions,
         calibration=None
         if calibration is None or versions is None
@@ -309,33 +340,64 @@ def _calibration_frame(
 
 
 def _crowding_shown(
-    rows: pd.DataFrame | None, fired: pd.DataFrame | None, end: dt.date
+    rows: pd.DataFrame | None,
+    fired: pd.DataFrame | None,
+    end: dt.date,
+    k_last: int,
+    history: pd.DataFrame | None,
+    settings: AlertsConfig | None,
 ) -> pd.DataFrame | None:
-    """The top `CROWDING_SHOWN` keys of the report's last day (all traffic, its largest k) and
-    of each day with an alert (the alert's k and segment row: its first alert, all traffic
-    first), as `_CROWDING_COLUMNS`, by date then rank. None without the table."""
+    """The top `CROWDING_SHOWN` keys of each alert day, at its first alert's k and segment row
+    (all traffic first), each beside its mean over that alert's baseline days and `is_new`
+    (`rules.alerts.culprits`, from `history`; null without it); and of the report's last day
+    without an alert, all traffic at `k_last` (no baseline: null). As `_CROWDING_SHOWN_COLUMNS`
+    (`statistic`: the alert's), by date then rank; None without the table."""
     if rows is None:
         return None
-    alerts = pd.DataFrame() if fired is None else fired[fired["status"] == ALERT]
-    shown: dict[dt.date, tuple[int | None, str, str]] = {end: (None, ALL_TRAFFIC, ALL_TRAFFIC)}
-    for alert in alerts.itertuples():
+    alerts = pd.DataFrame(columns=_ALERT_COLUMNS) if fired is None else fired
+    shown: dict[dt.date, Any] = {end: None}
+    for alert in alerts[alerts["status"] == ALERT].itertuples(index=False):
         day = as_date(alert.metric_date)
-        if day not in shown or (day == end and shown[end][0] is None):
-            shown[day] = (int(alert.k), str(alert.segment), str(alert.segment_value))
+        if shown.get(day) is None:
+            shown[day] = alert
     frames = []
-    for day, (k, segment, value) in sorted(shown.items()):
+    for day, alert in sorted(shown.items()):
+        where = (k_last, ALL_TRAFFIC, ALL_TRAFFIC)
+        if alert is not None:
+            where = (int(alert.k), alert.segment, alert.segment_value)
         of_day = rows[
             (rows["metric_date"].map(as_date) == day)
-            & (rows["segment"] == segment)
-            & (rows["segment_value"] == value)
+            & (rows["k"] == where[0])
+            & (rows["segment"] == where[1])
+            & (rows["segment_value"] == where[2])
         ]
+        of_day = of_day.sort_values("rank").head(CROWDING_SHOWN)
         if of_day.empty:
             continue
-        k = int(of_day["k"].max()) if k is None else k
-        frames.append(of_day[of_day["k"] == k].sort_values("rank").head(CROWDING_SHOWN))
+        frames.append(_beside_baseline(of_day, alert, rows, history, settings))
     if not frames:
-        return pd.DataFrame(columns=_CROWDING_COLUMNS)
-    return pd.concat(frames, ignore_index=True)[_CROWDING_COLUMNS]
+        return pd.DataFrame(columns=_CROWDING_SHOWN_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[_CROWDING_SHOWN_COLUMNS]
+
+
+def _beside_baseline(
+    of_day: pd.DataFrame,
+    alert: Any,
+    rows: pd.DataFrame,
+    history: pd.DataFrame | None,
+    settings: AlertsConfig | None,
+) -> pd.DataFrame:
+    """A day's shown keys with their baseline mean and `is_new` against `alert`'s baseline
+    days, as the printed culprit lines give them (`rules.alerts.culprits`)."""
+    shown = of_day[_CROWDING_COLUMNS].reset_index(drop=True)
+    statistic = None if alert is None else alert.statistic
+    if alert is None or history is None or settings is None:
+        return shown.assign(baseline_redundant_slots=np.nan, is_new=None, statistic=statistic)
+    against = culprits(pd.DataFrame([alert]), history, rows, settings, top=CROWDING_SHOWN)
+    against = against[["rank", "baseline_redundant_slots", "is_new"]]
+    out = shown.merge(against, on="rank", how="left", validate="one_to_one")
+    out["is_new"] = out["is_new"].astype(object).where(out["baseline_redundant_slots"].notna())
+    return out.assign(statistic=statistic)  # no baseline day found: neither mean nor NEW
 
 
 def _fired(rows: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -902,39 +964,50 @@ def _cost_section(data: ReportData, out_dir: Path) -> _Section:
 
 def _crowding_sections(data: ReportData, out_dir: Path) -> list[_Section]:
     """ "What crowds the window": per day shown (`_crowding_shown`), a bar chart and a table of
-    its top keys by redundant slots."""
+    its top keys by redundant slots, on an alert day each beside its baseline mean."""
     title = "What crowds the window"
     if data.crowding is None:
         return [_Section("crowding", title, "", None, None, _absent(CROWDING_TABLE, data))]
     sections = []
     for day, rows in data.crowding.groupby(data.crowding["metric_date"].map(as_date)):
-        k, segment, value = rows.iloc[0][["k", "segment", "segment_value"]]
-        where = "all traffic" if segment == ALL_TRAFFIC else f"{segment}={value}"
-        names = [
-            f"cluster {c}" if isinstance(c, str) else f"chunk {h}"
-            for c, h in zip(rows["cluster_id"], rows["chunk_id"], strict=True)
-        ]
+        rows = rows.reset_index(drop=True)
+        k, segment, value, statistic = rows.iloc[0][["k", "segment", "segment_value", "statistic"]]
+        alert = _shown_alert(data, day, k, segment, value, statistic)
+        compared = alert is not None and rows["baseline_redundant_slots"].notna().any()
+        where = _where(segment, value)
         fig, (ax,) = _figure()
-        ax.barh(names[::-1], rows["redundant_slots"][::-1], color="tab:orange")
-        ax.set_xlabel("redundant slots (copies beyond the first in a top-k)")
-        ax.set_title(f"Top keys by redundant slots, {day.isoformat()}, {where}, k={k}")
-        fired = (
-            data.alerts
-            if data.alerts is not None
-            else pd.DataFrame(columns=["status", "metric_date"])
+        _crowding_bars(ax, rows, day, alert if compared else None)
+        ax.set_title(
+            f"Top keys by redundant slots in the top-{k}, {day.isoformat()}, {where}\n"
+            + (
+                f"k={k}: the report's default k (no alert this day)"
+                if alert is None
+                else f"k={k}: the alert's k ({statistic} alert)"
+            )
         )
-        alerts = fired[fired["status"] == ALERT]
-        alert = bool((alerts["metric_date"].map(as_date) == day).any())
+        if alert is None:
+            why = (
+                f"The last day of the report, without an alert: at k={k}, the report's default "
+                "k (10 when measured, else the largest), and no baseline."
+            )
+        else:
+            why = f"An alert day, at the alert's k ({k}): {describe(alert)}. " + (
+                f"Beside each key, its mean over the alert's {alert.baseline_days} baseline "
+                "days (0 on a day that did not list it), as the alert's culprit lines give it; "
+                "NEW: listed on none of them."
+                if compared
+                else "None of its baseline days is in the published tables: no baseline beside "
+                "the keys."
+            )
         sections.append(
             _Section(
                 f"crowding_{day.isoformat()}",
-                f"{title}: {day.isoformat()}",
+                f"{title}: {day.isoformat()}, {where}, k={k}",
                 f"The keys (a cluster id, or a chunk without one) whose copies took the most "
-                f"slots of the top-{k} on {day.isoformat()}, {where}"
-                + (" (an alert day)" if alert else " (the last day of the report)")
-                + ": copies beyond the first in a request's top-k, summed over the day's "
-                "requests (unique_clusters_crowding).",
-                rows.reset_index(drop=True),
+                f"slots of the top-{k} on {day.isoformat()}, {where}: copies beyond the first "
+                f"in a request's top-k, summed over the day's requests "
+                f"(unique_clusters_crowding). {why}",
+                rows,
                 _save(fig, out_dir / f"crowding_{day.isoformat()}.png"),
             )
         )
@@ -944,7 +1017,75 @@ def _crowding_sections(data: ReportData, out_dir: Path) -> list[_Section]:
     return sections
 
 
+def _shown_alert(
+    data: ReportData, day: dt.date, k: int, segment: str, value: str, statistic: Any
+) -> Any:
+    """The alert row a crowding figure was drawn for (None: the last day, no alert)."""
+    if data.alerts is None or pd.isna(statistic):
+        return None
+    alerts = data.alerts
+    mine = alerts[
+        (alerts["metric_date"].map(as_date) == day)
+        & (alerts["status"] == ALERT)
+        & (alerts["k"] == k)
+        & (alerts["segment"] == segment)
+        & (alerts["segment_value"] == value)
+        & (alerts["statistic"] == statistic)
+    ]
+    return next(mine.itertuples(), None)
+
+
+def _crowding_bars(ax: Any, rows: pd.DataFrame, day: dt.date, alert: Any) -> None:
+    """A bar per key, the day's redundant slots, and with an alert (one with a baseline) a grey
+    bar beside it, the key's baseline mean, with NEW after the bar of a key no baseline day
+    listed."""
+    names = [
+        f"cluster {c}" if isinstance(c, str) else f"chunk {h}"
+        for c, h in zip(rows["cluster_id"], rows["chunk_id"], strict=True)
+    ]
+    positions = np.arange(len(rows))[::-1]  # rank 1 on top
+    height = 0.4 if alert is not None else 0.8
+    offset = height / 2 if alert is not None else 0.0
+    ax.barh(
+        positions + offset,
+        rows["redundant_slots"],
+        height=height,
+        color="tab:orange",
+        label=day.isoformat(),
+    )
+    if alert is not None:
+        baseline = rows["baseline_redundant_slots"].astype("float64")
+        ax.barh(
+            positions - offset,
+            baseline.fillna(0),
+            height=height,
+            color="tab:gray",
+            label=f"baseline mean\n({alert.baseline_days} days)",
+        )
+        for position, slots, new in zip(
+            positions, rows["redundant_slots"], rows["is_new"], strict=True
+        ):
+            if not pd.isna(new) and bool(new):
+                ax.text(
+                    slots,
+                    position + offset,
+                    " NEW",
+                    va="center",
+                    ha="left",
+                    fontsize=8,
+                    fontweight="bold",
+                    color="tab:red",
+                )
+        ax.margins(x=0.08)  # room for NEW after the longest bar
+        _legend_outside(ax)
+    ax.set_yticks(positions, names)
+    ax.set_xlabel("redundant slots (copies beyond the first in a top-k)")
+    ax.grid(True, axis="x", alpha=0.3)
+
+
 def _segments_section(data: ReportData, out_dir: Path) -> _Section:
+    """One panel per segment column: a line per value of its daily mean at the default k, the
+    alerts and improvements of the mean of those values marked on their lines."""
     segments = data.segments
     assert segments is not None
     names = sorted(segments["segment"].unique())
