@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import html
 import re
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from logmetrics import cli
-from logmetrics.config import OutputConfig, load_config
+from logmetrics.config import AlertsConfig, OutputConfig, load_config
 from logmetrics.report import (
     FIGURE_DPI,
     FIGURE_SIZE,
     build_report_data,
-    histogram_quantile,
     load_report_data,
     render,
 )
@@ -163,9 +163,9 @@ CROWDING_ROWS = [
 ]
 
 
-def _crowding_rows() -> list[tuple[Any, ...]]:
+def _crowding_rows(spec: list[tuple[Any, ...]] = CROWDING_ROWS) -> list[tuple[Any, ...]]:
     out, ranks = [], {}
-    for day, k, segment, value, cluster_id, chunk_id, slots in CROWDING_ROWS:
+    for day, k, segment, value, cluster_id, chunk_id, slots in spec:
         rank = ranks[(day, k, segment, value)] = ranks.get((day, k, segment, value), 0) + 1
         row = {
             "metric_date": day,
@@ -228,6 +228,17 @@ def _cost_row(
         **STAMP,
     }
     return tuple(row[f.name] for f in REDUNDANCY_COST.fields)
+
+
+def _frame_of(rows: list[tuple[Any, ...]], schema: Any) -> pd.DataFrame:
+    """Rows of a table's schema as the pandas frame the report reads of it."""
+    return pd.DataFrame([dict(zip(schema.fieldNames(), row, strict=True)) for row in rows])
+
+
+# Built by hand, no warehouse: all traffic at k = 5 and 10 (ALL_HIST's k = 2 and 3 histograms).
+HAND_DAILY = _frame_of(
+    [_daily_row(day, {2: 5, 3: 10}[k], hist) for (day, k), hist in ALL_HIST.items()], DAILY
+)
 
 
 @pytest.fixture(scope="module")
@@ -361,18 +372,29 @@ def test_cost_is_the_all_traffic_rows_in_range(data: Any) -> None:
     )
 
 
-def test_segments_compare_values_at_the_largest_k_over_the_range(data: Any) -> None:
+def test_segments_are_daily_rows_per_value_at_the_default_k(data: Any) -> None:
+    """ks 2 and 3, no 10: the largest, 3; one row per (segment value, day) in the range."""
     seg = data.segments
-    assert seg["segment_value"].tolist() == ["app", "web"]
+    assert list(seg.columns) == [
+        "metric_date", "segment", "segment_value", "k", "queries", "mean",
+        "share_at_or_below_threshold",
+    ]  # fmt: skip
+    assert list(zip(seg.segment_value, seg.metric_date, strict=True)) == [
+        ("app", D1),
+        ("app", D2),
+        ("app", D3),
+        ("web", D1),
+        ("web", D2),
+        ("web", D3),
+    ]  # fmt: skip  (D0's web [0, 0, 0, 9] is outside the range)
     assert set(seg["segment"]) == {"surface"} and set(seg["k"]) == {3}
-    # web: [0,1,1,0] + [0,0,1,1] + [1,0,0,1] = [1,1,2,2]: 6 queries, mean 11/6,
-    # values 0 1 2 2 3 3, median at 2.5 -> between 2 and 2 = 2.
-    # (D0's [0,0,0,9] is outside the range.)
-    # app: [0,0,1,1] + [0,1,1,2] + [0,2,2,5] = [0,3,4,8]: 15 queries, mean 35/15, median 3.
-    assert seg["queries"].tolist() == [15, 6]
-    assert seg["days"].tolist() == [3, 3]
-    assert seg["mean_unique_clusters"].tolist() == pytest.approx([35 / 15, 11 / 6])
-    assert seg["median_unique_clusters"].tolist() == [3.0, 2.0]
+    # app: [0,0,1,1] -> 5/2; [0,1,1,2] -> 9/4; [0,2,2,5] -> 21/9.
+    # web: [0,1,1,0] -> 3/2; [0,0,1,1] -> 5/2; [1,0,0,1] -> 3/2.
+    assert seg["queries"].tolist() == [2, 4, 9, 2, 2, 2]
+    assert seg["mean"].tolist() == pytest.approx([5 / 2, 9 / 4, 21 / 9, 3 / 2, 5 / 2, 3 / 2])
+    assert seg["share_at_or_below_threshold"].tolist() == pytest.approx(
+        [1 / 2, 2 / 4, 4 / 9, 1.0, 1 / 2, 1 / 2]
+    )
 
 
 def test_evaluation_shows_only_the_averaged_rows(data: Any) -> None:
@@ -393,17 +415,6 @@ def test_default_range_is_every_date_in_the_daily_table(
     assert (everything.start, everything.end) == (D0, D3)
     assert everything.missing["metric_date"].tolist() == [D0, D1, D2, D3]
     assert everything.k_sweep["queries"].tolist() == [22, 22, 22]
-
-
-def test_histogram_quantile_matches_numpy_percentile() -> None:
-    rng = np.random.default_rng(3)
-    for _ in range(200):
-        hist = rng.integers(0, 5, size=rng.integers(1, 8)).tolist()
-        if sum(hist) == 0:
-            continue
-        values = np.repeat(np.arange(len(hist)), hist)
-        for p in (0.1, 0.25, 0.5, 0.75, 0.9):
-            assert histogram_quantile(hist, p) == np.percentile(values, 100 * p)
 
 
 def test_latest_histogram_skips_a_trailing_day_without_queries() -> None:
@@ -446,6 +457,127 @@ def test_what_crowds_the_window_is_the_last_day_and_each_alert_day(data: Any) ->
     ]
     assert shown["redundant_slots"].tolist()[:2] == [120, 110]
     assert set(shown["segment"]) == {"all"}
+
+
+def test_a_segment_alert_is_marked_whatever_fired_on_all_traffic_that_day() -> None:
+    """On D2 all traffic fired at k=5 (the mean) and at k=10 (the share), surface=app at k=10
+    (the mean): the mean figure marks k=5's point and app's band, named with its k; no mark of
+    a k the figure does not draw (k=20) nor of the other statistic."""
+    from logmetrics.report import alert_marks
+
+    fired = [
+        (D2, "all", "all", 5, "mean", "alert", 1.25, 1.75),
+        (D2, "all", "all", 10, "share_at_or_below_threshold", "alert", 0.75, 0.5),
+        (D2, "surface", "app", 10, "mean", "alert", 2.25, 2.75),
+        (D2, "surface", "web", 20, "mean", "alert", 3.0, 3.5),  # k=20 is not drawn
+        (D3, "surface", "app", 10, "mean", "improvement", 3.0, 2.5),
+        (D3, "all", "all", 10, "mean", "ok", 2.0, 2.0),
+    ]
+    alerts = _frame_of([_alert_row(r) for r in fired], ALERTS)
+    data = build_report_data(HAND_DAILY, None, None, None, D0, D3, alerts=alerts)
+    columns = ["metric_date", "k", "status", "is_point", "value", "label"]
+    mean = alert_marks(data.alerts, "mean", data.mean["k"])
+    assert mean[columns].values.tolist() == [
+        [D2, 5, "alert", True, 1.25, "k=5"],
+        [D2, 10, "alert", False, 2.25, "surface=app k=10"],
+        [D3, 10, "improvement", False, 3.0, "surface=app k=10"],
+    ]
+    share = alert_marks(data.alerts, "share_at_or_below_threshold", data.share["k"])
+    assert share[columns].values.tolist() == [[D2, 10, "alert", True, 0.75, "k=10"]]
+    # Filtered to the figure's k: a figure of k=5 alone has only k=5's point.
+    assert alert_marks(data.alerts, "mean", [5])[columns].values.tolist() == [
+        [D2, 5, "alert", True, 1.25, "k=5"]
+    ]
+    # The segments figure's panel of `surface` at k=10: its values' rows, on their lines.
+    panel = alert_marks(data.alerts, "mean", [10], segment="surface")
+    assert panel[columns].values.tolist() == [
+        [D2, 10, "alert", True, 2.25, "surface=app k=10"],
+        [D3, 10, "improvement", True, 3.0, "surface=app k=10"],
+    ]
+    assert alert_marks(None, "mean", [5, 10]).empty
+    assert alert_marks(alerts.iloc[:0], "mean", [5, 10]).empty
+
+
+def test_what_crowds_the_window_is_at_the_alerts_k_beside_its_baseline(tmp_path: Path) -> None:
+    """D2's alert (all traffic, k=5, the mean), judged against D1 and D0 (trailing, 2 days):
+    its top keys at k=5, each beside its mean over those days (0 on a day that did not list
+    it) and NEW when neither listed it; the last day D3, without an alert: the default k, 10,
+    and no baseline."""
+    settings = AlertsConfig(
+        baseline="trailing", baseline_days=2, min_baseline_days=2, min_queries=1
+    )
+    crowding = [
+        (D0, 5, "all", "all", "A", None, 4),
+        (D0, 5, "all", "all", "B", None, 2),
+        (D1, 5, "all", "all", "A", None, 6),
+        (D1, 5, "all", "all", "C", None, 1),
+        (D2, 5, "all", "all", "A", None, 9),
+        (D2, 5, "all", "all", None, "chunk-x", 4),
+        (D2, 5, "all", "all", "B", None, 3),
+        (D2, 10, "all", "all", "Z", None, 50),  # not the alert's k
+        (D2, 5, "surface", "app", "Y", None, 70),  # not the alert's segment row
+        (D3, 10, "all", "all", "A", None, 7),
+        (D3, 5, "all", "all", "W", None, 5),  # not the default k
+    ]
+    alerts = _frame_of([_alert_row((D2, "all", "all", 5, "mean", "alert", 1.5, 1.625))], ALERTS)
+    data = build_report_data(
+        HAND_DAILY[HAND_DAILY["metric_date"] >= D1],
+        None,
+        None,
+        None,
+        D1,
+        D3,
+        alerts=alerts,
+        crowding=_frame_of(_crowding_rows(crowding), CROWDING),
+        history=HAND_DAILY,  # D0 is outside the range, but D2's baseline
+        alert_settings=settings,
+    )
+    columns = ["metric_date", "k", "cluster_id", "chunk_id", "redundant_slots"]
+    columns += ["baseline_redundant_slots", "is_new", "statistic"]
+    expected = pd.DataFrame(
+        [
+            [D2, 5, "A", None, 9, 5.0, False, "mean"],  # (6 + 4) / 2
+            [D2, 5, None, "chunk-x", 4, 0.0, True, "mean"],
+            [D2, 5, "B", None, 3, 1.0, False, "mean"],  # (0 + 2) / 2
+            [D3, 10, "A", None, 7, np.nan, None, None],
+        ],
+        columns=columns,
+    )
+    pd.testing.assert_frame_equal(data.crowding[columns], expected, check_dtype=False)
+    page = html.unescape(render(data, tmp_path / "r").read_text())
+    alert_day = _section(page, "crowding_2026-10-02")
+    assert "An alert day, at the alert's k (5): ALERT 2026-10-02 all traffic k=5 mean" in alert_day
+    assert "Beside each key, its mean over the alert's 4 baseline days" in alert_day
+    last_day = _section(page, "crowding_2026-10-03")
+    assert "without an alert: at k=10, the report's default k" in last_day
+
+
+@pytest.fixture(scope="module")
+def hand_page(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The page of HAND_DAILY over D0..D3 with one alert; no calibration published."""
+    fired = [(D2, "all", "all", 5, "mean", "alert", 1234.5678, 2e3)]
+    data = build_report_data(
+        HAND_DAILY, None, None, None, D0, D3, alerts=_frame_of(list(map(_alert_row, fired)), ALERTS)
+    )
+    return render(data, tmp_path_factory.mktemp("hand") / "r").read_text()
+
+
+def test_tables_round_floats_to_3_significant_digits(hand_page: str) -> None:
+    """Floats to 3 significant digits; counts, dates and text as they are."""
+    mean = _section(hand_page, "mean")
+    # D2, k=10: [0, 1, 3, 2] -> 13/6 = 2.1666...; 6 queries.
+    assert "<td>2026-10-02</td>\n      <td>10</td>\n      <td>6</td>\n      <td>2.17</td>" in mean
+    assert "2.1666" not in hand_page and "2.167" not in hand_page
+    assert ">0.667<" in _section(hand_page, "share_at_or_below_threshold")  # 4/6, k=10, D2
+    listed = _section(hand_page, "alerts")
+    assert ">1230<" in listed and ">-765<" in listed and ">600<" in listed and ">4<" in listed
+    assert "1234.5" not in hand_page and "765.4" not in hand_page
+
+
+def test_the_calibration_note_is_said_once(hand_page: str) -> None:
+    """No calibration published: one note, not one under every time series."""
+    assert hand_page.count("inputs.calibration") == 1
+    assert "None published (inputs.calibration)" in _section(hand_page, "calibration")
 
 
 # --- the images and the page ----------------------------------------------------------------
@@ -496,21 +628,28 @@ def test_html_is_self_contained_and_shows_the_numbers(rendered: Path) -> None:
     # evaluation's averaged rows (never its per-query row).
     assert "2026-10-01 to 2026-10-03" in page
     sweep = _section(page, "k_sweep")
-    for number in ("1.7", "2.15", "0.85", "0.716667", "0.45", "34", "43"):
+    for number in ("1.7", "2.15", "0.85", "0.717", "0.45", "34", "43"):
         assert f">{number}<" in sweep, number
     assert ">0.9<" in _section(page, "median_band")
     segments = _section(page, "segments")
-    assert ">2.33333<" in segments and ">1.83333<" in segments and ">web<" in segments
-    assert ">0.6125<" in page and ">0.4321<" in page and "0.9876" not in page
+    assert ">2.33<" in segments and ">2.25<" in segments and ">web<" in segments
+    assert ">0.613<" in page and ">0.432<" in page and "0.988" not in page
     assert ">0.025<" in _section(page, "missing_cluster_rate")
 
 
 def test_what_crowds_the_window_has_a_chart_and_table_per_day(rendered: Path) -> None:
     page = rendered.read_text(encoding="utf-8")
-    alert_day = _section(page, "crowding_2026-10-02")
-    assert "(an alert day)" in alert_day and ">c10<" in alert_day and ">c11<" not in alert_day
-    last_day = _section(page, "crowding_2026-10-03")
-    assert "(the last day of the report)" in last_day and ">chunk-x<" in last_day
+    alert_day = html.unescape(_section(page, "crowding_2026-10-02"))
+    assert (
+        "An alert day, at the alert's k (3): ALERT 2026-10-02 all traffic k=3 "
+        "share_at_or_below_threshold: 0.6667 vs baseline 0.3000 ± 0.0500"
+    ) in alert_day
+    # Its baseline days (the same weekday, 1 to 4 weeks back) have no published rows here.
+    assert "None of its baseline days is in the published tables" in alert_day
+    assert ">c10<" in alert_day and ">c11<" not in alert_day
+    last_day = html.unescape(_section(page, "crowding_2026-10-03"))
+    assert "without an alert: at k=3, the report's default k" in last_day
+    assert ">chunk-x<" in last_day
     assert 'id="crowding_2026-10-01"' not in page
     for day in ("2026-10-02", "2026-10-03"):
         assert (rendered.parent / f"crowding_{day}.png").stat().st_size > 0
@@ -523,7 +662,7 @@ def test_alerts_are_listed_and_marked(rendered: Path) -> None:
     alerts = _section(page, "alerts")
     assert "<b>1 alert(s)</b> and 1 improvement(s)" in alerts
     assert ">2026-10-02<" in alerts and ">2026-10-03<" in alerts and ">web<" in alerts
-    assert ">0.666667<" in alerts and ">improvement<" in alerts
+    assert ">0.667<" in alerts and ">improvement<" in alerts
     assert "2026-09-30" not in alerts and ">ok<" not in alerts
     assert "Marked: an alert (red X)" in _section(page, "share_at_or_below_threshold")
 
@@ -582,7 +721,7 @@ def test_cli_report_end_to_end(
     page = (out / "index.html").read_text()
     assert "2026-10-02 to 2026-10-03" in page
     # k-sweep over D2..D3: totals 6+10 = 16 queries, 27 / 16 = 1.6875 at k=2.
-    assert ">1.6875<" in _section(page, "k_sweep")
+    assert ">1.69<" in _section(page, "k_sweep")
     assert all((out / f"{name}.png").is_file() for name in PNGS)
 
 

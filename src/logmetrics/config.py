@@ -272,6 +272,13 @@ def _positive_unique_ks(value: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sorted(value))
 
 
+def default_k(ks: Iterable[int]) -> int:
+    """The k a view of one k shows (the report's segments, the demo's table): 10 when it is
+    measured, else the largest."""
+    measured = {int(k) for k in ks}
+    return 10 if 10 in measured else max(measured)
+
+
 class CostConfig(_Section):
     """The price of a redundant slot (`redundancy_cost_daily`)."""
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from logmetrics.config import Config, SparkConfig
+from logmetrics.config import Config, SparkConfig, default_k
 from logmetrics.console import say
 from logmetrics.errors import ConfigError
 from logmetrics.synthetic import PlantedChange, PlantedFlood
@@ -155,7 +155,7 @@ def _print_daily(spark: SparkSession, config: Config, start: dt.date, end: dt.da
     from logmetrics.schemas import ALL_TRAFFIC
     from logmetrics.tables.catalog import DAILY_TABLE, read_table, table_ref
 
-    k = 10 if 10 in config.metrics.ks else max(config.metrics.ks)
+    k = default_k(config.metrics.ks)
     location = table_ref(config.output, DAILY_TABLE)
     daily = read_table(spark, config.output, DAILY_TABLE)
     if daily is None:

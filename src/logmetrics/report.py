@@ -19,7 +19,7 @@ import base64
 import datetime as dt
 import html
 import logging
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +29,9 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from logmetrics.config import Config, OutputConfig
+from logmetrics.config import AlertsConfig, Config, OutputConfig, default_k
 from logmetrics.errors import ConfigError, LogmetricsError
-from logmetrics.rules.alerts import as_date
+from logmetrics.rules.alerts import as_date, baseline_dates, culprits, describe
 from logmetrics.rules.calibration import calibration_of, version_key
 from logmetrics.schemas import (
     ALERT,
@@ -86,11 +86,12 @@ class ReportData:
     max_missing_cluster_rate: float | None
     k_sweep: pd.DataFrame | None  # k, queries, unique_clusters_total, mean_..., distinct_...
     cost: pd.DataFrame | None  # metric_date, k, queries, slots, redundant_slots, ..._usd
-    segments: pd.DataFrame | None  # segment, segment_value, k, queries, mean_..., median_...
+    segments: pd.DataFrame | None  # metric_date, segment, segment_value, k, queries, mean, share
     evaluation: pd.DataFrame | None  # run, k, metric, value (+ queries): the ALL rows
     alerts: pd.DataFrame | None = None  # the alert and improvement rows, every segment
     # None: no unique_clusters_alerts table (no marks); empty: nothing fired in the range.
-    crowding: pd.DataFrame | None = None  # the top keys shown, per day (`_crowding_shown`)
+    crowding: pd.DataFrame | None = None  # the top keys shown, per day (`_crowding_shown`),
+    # each beside its mean over the day's alert's baseline days and whether it is new there.
     # The cluster table version each day was computed from (metric_date, cluster_table_version)
     # and, per version the range used, the detector's calibration (`_calibration_frame`); None:
     # no calibration was ever published.
@@ -111,6 +112,8 @@ _EVALUATION_COLUMNS = ["run", "k", "metric", "value"]
 _CROWDING_COLUMNS = ["metric_date", "k", "segment", "segment_value", "rank", "cluster_id"]
 _CROWDING_COLUMNS += ["chunk_id", "redundant_slots", "requests_affected"]
 _CROWDING_COLUMNS += ["share_of_redundant_slots", "cluster_size"]
+_CROWDING_SHOWN_COLUMNS = [*_CROWDING_COLUMNS[:8], "baseline_redundant_slots", "is_new"]
+_CROWDING_SHOWN_COLUMNS += [*_CROWDING_COLUMNS[8:], "statistic"]
 CROWDING_SHOWN = 10
 """Keys shown per day in "What crowds the window"."""
 
@@ -150,14 +153,7 @@ def load_report_data(
     cost = _optional(spark, output, REDUNDANCY_COST_TABLE, start, end, _COST_COLUMNS)
     alerts_df = read_table(spark, output, ALERTS_TABLE)  # absent: no marks, and no error
     alerts = None if alerts_df is None else _in_range(alerts_df, start, end, _ALERT_COLUMNS)
-    crowding_df = read_table(spark, output, CROWDING_TABLE)
-    crowding = (
-        None
-        if crowding_df is None
-        else _in_range(
-            crowding_df.where(F.col("rank") <= CROWDING_SHOWN), start, end, _CROWDING_COLUMNS
-        )
-    )
+    crowding, history = _crowding_inputs(spark, config, daily_df, end, alerts)
     calibration_df = read_table(spark, output, DETECTOR_CALIBRATION_TABLE)
     return build_report_data(
         daily,
@@ -169,6 +165,8 @@ def load_report_data(
         max_missing_cluster_rate=config.quality.max_missing_cluster_rate,
         alerts=alerts,
         crowding=crowding,
+        history=history,
+        alert_settings=config.alerts,
         calibration=None
         if calibration_df is None
         else calibration_df.select(*CALIBRATION.fieldNames()).toPandas(),
@@ -180,6 +178,33 @@ def _in_range(df: DataFrame, start: dt.date, end: dt.date, columns: list[str]) -
     """The range's rows, few (days x k x segment values), as pandas."""
     rows = df.where(F.col("metric_date").between(start, end)).select(*columns)
     return rows.toPandas()
+
+
+def _crowding_inputs(
+    spark: SparkSession,
+    config: Config,
+    daily_df: DataFrame,
+    end: dt.date,
+    alerts: pd.DataFrame | None,
+) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """The crowding rows "What crowds the window" is drawn from: the top keys of the last day
+    and of each alert day, and every key listed on those alerts' baseline days; and the daily
+    rows of the alert days and their baseline days, which say which baseline days qualified
+    (`rules.alerts.culprits`). (None, None) without the crowding table."""
+    crowding_df = read_table(spark, config.output, CROWDING_TABLE)
+    if crowding_df is None:
+        return None, None
+    fired = pd.DataFrame(columns=_ALERT_COLUMNS) if alerts is None else alerts
+    days = {as_date(d) for d in fired.loc[fired["status"] == ALERT, "metric_date"]}
+    baseline = sorted({b for d in days for b in baseline_dates(d, config.alerts)})
+    wanted = F.col("metric_date").isin(sorted(days | {end})) & (F.col("rank") <= CROWDING_SHOWN)
+    if baseline:
+        wanted = wanted | F.col("metric_date").isin(baseline)
+    rows = pd.DataFrame(crowding_df.where(wanted).select(*_CROWDING_COLUMNS).toPandas())
+    if not days:
+        return rows, pd.DataFrame(columns=DAILY_COLUMNS)
+    judged = daily_df.where(F.col("metric_date").isin(sorted(days | set(baseline))))
+    return rows, pd.DataFrame(judged.select(*DAILY_COLUMNS).toPandas(), columns=DAILY_COLUMNS)
 
 
 def _optional(
@@ -222,19 +247,25 @@ def build_report_data(
     max_missing_cluster_rate: float | None = None,
     alerts: pd.DataFrame | None = None,
     crowding: pd.DataFrame | None = None,
+    history: pd.DataFrame | None = None,
+    alert_settings: AlertsConfig | None = None,
     calibration: pd.DataFrame | None = None,
     detector: str | None = None,
 ) -> ReportData:
     """The figures' frames from the tables' rows in [start, end] (pure pandas); `alerts`, the
-    unique_clusters_alerts rows of the range, `crowding`, its unique_clusters_crowding rows,
-    and `calibration`, every detector_calibration row (each None when the table does not
-    exist); `detector`, the label that describes a cluster table without versions."""
+    unique_clusters_alerts rows of the range, `crowding`, unique_clusters_crowding rows (at
+    least the top `CROWDING_SHOWN` of the last day and of the alert days, and every row of
+    those alerts' baseline days), and `calibration`, every detector_calibration row (each None
+    when the table does not exist); `history`, the daily rows of the alert days and their
+    baseline days, judged by `alert_settings` (either None: no baseline beside the keys);
+    `detector`, the label that describes a cluster table without versions."""
     everything = _all_traffic(daily)
     if everything.empty:
         raise ReportError(f"{DAILY_TABLE.name} has no all-traffic rows from {start} to {end}")
     histogram_date, histogram = _latest_histogram(everything)
     versions = _versions(everything)
     thresholds = everything["threshold"].dropna().unique()
+    k = default_k(everything["k"])
     return ReportData(
         start=start,
         end=end,
@@ -254,7 +285,7 @@ def build_report_data(
         segments=_segments(daily),
         evaluation=_evaluation_frame(evaluation),
         alerts=_fired(alerts),
-        crowding=_crowding_shown(crowding, _fired(alerts), end),
+        crowding=_crowding_shown(crowding, _fired(alerts), end, k, history, alert_settings),
         versions=versions,
         calibration=None
         if calibration is None or versions is None
@@ -309,33 +340,64 @@ def _calibration_frame(
 
 
 def _crowding_shown(
-    rows: pd.DataFrame | None, fired: pd.DataFrame | None, end: dt.date
+    rows: pd.DataFrame | None,
+    fired: pd.DataFrame | None,
+    end: dt.date,
+    k_last: int,
+    history: pd.DataFrame | None,
+    settings: AlertsConfig | None,
 ) -> pd.DataFrame | None:
-    """The top `CROWDING_SHOWN` keys of the report's last day (all traffic, its largest k) and
-    of each day with an alert (the alert's k and segment row: its first alert, all traffic
-    first), as `_CROWDING_COLUMNS`, by date then rank. None without the table."""
+    """The top `CROWDING_SHOWN` keys of each alert day, at its first alert's k and segment row
+    (all traffic first), each beside its mean over that alert's baseline days and `is_new`
+    (`rules.alerts.culprits`, from `history`; null without it); and of the report's last day
+    without an alert, all traffic at `k_last` (no baseline: null). As `_CROWDING_SHOWN_COLUMNS`
+    (`statistic`: the alert's), by date then rank; None without the table."""
     if rows is None:
         return None
-    alerts = pd.DataFrame() if fired is None else fired[fired["status"] == ALERT]
-    shown: dict[dt.date, tuple[int | None, str, str]] = {end: (None, ALL_TRAFFIC, ALL_TRAFFIC)}
-    for alert in alerts.itertuples():
+    alerts = pd.DataFrame(columns=_ALERT_COLUMNS) if fired is None else fired
+    shown: dict[dt.date, Any] = {end: None}
+    for alert in alerts[alerts["status"] == ALERT].itertuples(index=False):
         day = as_date(alert.metric_date)
-        if day not in shown or (day == end and shown[end][0] is None):
-            shown[day] = (int(alert.k), str(alert.segment), str(alert.segment_value))
+        if shown.get(day) is None:
+            shown[day] = alert
     frames = []
-    for day, (k, segment, value) in sorted(shown.items()):
+    for day, alert in sorted(shown.items()):
+        where = (k_last, ALL_TRAFFIC, ALL_TRAFFIC)
+        if alert is not None:
+            where = (int(alert.k), alert.segment, alert.segment_value)
         of_day = rows[
             (rows["metric_date"].map(as_date) == day)
-            & (rows["segment"] == segment)
-            & (rows["segment_value"] == value)
+            & (rows["k"] == where[0])
+            & (rows["segment"] == where[1])
+            & (rows["segment_value"] == where[2])
         ]
+        of_day = of_day.sort_values("rank").head(CROWDING_SHOWN)
         if of_day.empty:
             continue
-        k = int(of_day["k"].max()) if k is None else k
-        frames.append(of_day[of_day["k"] == k].sort_values("rank").head(CROWDING_SHOWN))
+        frames.append(_beside_baseline(of_day, alert, rows, history, settings))
     if not frames:
-        return pd.DataFrame(columns=_CROWDING_COLUMNS)
-    return pd.concat(frames, ignore_index=True)[_CROWDING_COLUMNS]
+        return pd.DataFrame(columns=_CROWDING_SHOWN_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[_CROWDING_SHOWN_COLUMNS]
+
+
+def _beside_baseline(
+    of_day: pd.DataFrame,
+    alert: Any,
+    rows: pd.DataFrame,
+    history: pd.DataFrame | None,
+    settings: AlertsConfig | None,
+) -> pd.DataFrame:
+    """A day's shown keys with their baseline mean and `is_new` against `alert`'s baseline
+    days, as the printed culprit lines give them (`rules.alerts.culprits`)."""
+    shown = of_day[_CROWDING_COLUMNS].reset_index(drop=True)
+    statistic = None if alert is None else alert.statistic
+    if alert is None or history is None or settings is None:
+        return shown.assign(baseline_redundant_slots=np.nan, is_new=None, statistic=statistic)
+    against = culprits(pd.DataFrame([alert]), history, rows, settings, top=CROWDING_SHOWN)
+    against = against[["rank", "baseline_redundant_slots", "is_new"]]
+    out = shown.merge(against, on="rank", how="left", validate="one_to_one")
+    out["is_new"] = out["is_new"].astype(object).where(out["baseline_redundant_slots"].notna())
+    return out.assign(statistic=statistic)  # no baseline day found: neither mean nor NEW
 
 
 def _fired(rows: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -422,49 +484,16 @@ def _cost(rows: pd.DataFrame | None, ks: set[int]) -> pd.DataFrame | None:
 
 
 def _segments(daily: pd.DataFrame) -> pd.DataFrame | None:
-    """Per segment value, at the largest k of the segment rows, over the range: the mean
-    (total clusters / queries) and the median of the summed histograms (histograms add;
-    daily medians do not average)."""
+    """Per segment value and day, at the default k of the segment rows (`config.default_k`):
+    the day's queries, mean and share at or below the threshold, as published."""
     rows = daily[daily["segment"] != ALL_TRAFFIC]
     if rows.empty:
         return None
-    k = int(rows["k"].max())
-    out = []
-    for (segment, value), group in rows[rows["k"] == k].groupby(["segment", "segment_value"]):
-        hist = np.sum([np.asarray(h, dtype=np.int64) for h in group["histogram"]], axis=0)
-        queries = int(hist.sum())
-        out.append(
-            {
-                "segment": segment,
-                "segment_value": value,
-                "k": k,
-                "days": int(group["metric_date"].nunique()),
-                "queries": queries,
-                "mean_unique_clusters": (
-                    float((hist * np.arange(len(hist))).sum() / queries) if queries else np.nan
-                ),
-                "median_unique_clusters": histogram_quantile(hist, 0.5),
-            }
-        )
-    return pd.DataFrame(out).sort_values(["segment", "segment_value"]).reset_index(drop=True)
-
-
-def histogram_quantile(hist: Any, p: float) -> float:
-    """The p-quantile of the values a histogram counts, as numpy.percentile (linear)."""
-    counts = np.asarray(hist, dtype=np.int64)
-    n = int(counts.sum())
-    if n == 0:
-        return float("nan")
-    cumulative = np.cumsum(counts)
-
-    def value_at(index: int) -> float:  # the value at this sorted index
-        return float(np.searchsorted(cumulative, index, side="right"))
-
-    position = p * (n - 1)
-    below = int(np.floor(position))
-    above = min(below + 1, n - 1)
-    low, high, t = value_at(below), value_at(above), position - below
-    return high - (high - low) * (1 - t) if t >= 0.5 else low + (high - low) * t
+    rows = rows[rows["k"] == default_k(rows["k"])]
+    columns = ["metric_date", "segment", "segment_value", "k", "queries", "mean"]
+    columns.append("share_at_or_below_threshold")
+    keys = ["segment", "segment_value", "metric_date"]
+    return rows[columns].sort_values(keys).reset_index(drop=True)
 
 
 def _evaluation_frame(rows: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -496,7 +525,6 @@ class _Section:
     table: pd.DataFrame | None
     png: Path | None
     missing_note: str = ""
-    over_days: bool = False  # a time series: the detector's calibration is shown beside it
 
 
 def render(data: ReportData, out_dir: Path) -> Path:
@@ -633,7 +661,6 @@ def _median_band_section(data: ReportData, out_dir: Path) -> _Section:
         "(quantiles are per day: they are never averaged across days).",
         data.median_band,
         _save(fig, out_dir / "median_band.png"),
-        over_days=True,
     )
 
 
@@ -647,7 +674,7 @@ def _share_section(data: ReportData, out_dir: Path) -> _Section:
             markersize=3,
             label=f"k={k}",
         )
-    _mark_alerts(ax, data, SHARE_STATISTIC, scale=100)
+    _draw_marks(ax, alert_marks(data.alerts, SHARE_STATISTIC, data.share["k"]), scale=100)
     threshold = "threshold" if data.threshold is None else str(data.threshold)
     ax.set_ylabel(f"queries with unique clusters ≤ {threshold} (% of the day's queries)")
     ax.set_ylim(0, 100)
@@ -662,7 +689,6 @@ def _share_section(data: ReportData, out_dir: Path) -> _Section:
         + _marks_caption(data),
         data.share,
         _save(fig, out_dir / "share_at_or_below_threshold.png"),
-        over_days=True,
     )
 
 
@@ -672,7 +698,7 @@ def _mean_section(data: ReportData, out_dir: Path) -> _Section:
         ax.plot(
             _dates(group["metric_date"]), group["mean"], marker="o", markersize=3, label=f"k={k}"
         )
-    _mark_alerts(ax, data, MEAN_STATISTIC)
+    _draw_marks(ax, alert_marks(data.alerts, MEAN_STATISTIC, data.mean["k"]))
     ax.set_ylabel("mean unique clusters in the top-k (count)")
     highest = data.mean["mean"].astype("float64").max()
     ax.set_ylim(0, highest * 1.08 if highest > 0 else None)  # room for a marker on top
@@ -686,70 +712,118 @@ def _mean_section(data: ReportData, out_dir: Path) -> _Section:
         "regression." + _marks_caption(data),
         data.mean,
         _save(fig, out_dir / "mean.png"),
-        over_days=True,
     )
 
 
 _MARKS = {ALERT: ("tab:red", "X", "alert"), IMPROVEMENT: ("tab:green", "P", "improvement")}
+MARK_COLUMNS = ["metric_date", "k", "segment", "segment_value", "status", "value", "is_point"]
+MARK_COLUMNS += ["label"]
 
 
-def _mark_alerts(ax: Any, data: ReportData, statistic: str, scale: float = 1.0) -> None:
-    """An alert (red) or improvement (green) of `statistic`: a large marker on the all-traffic
-    point it fired on, and a band over its day, naming the segment values, when it fired in
-    segments only."""
-    from matplotlib.transforms import blended_transform_factory
+def alert_marks(
+    alerts: pd.DataFrame | None, statistic: str, ks: Iterable[int], segment: str = ALL_TRAFFIC
+) -> pd.DataFrame:
+    """The marks a time series of `statistic` drawn at `ks` carries, one per alert or
+    improvement of `alerts` (`ReportData.alerts`) at one of those ks, as `MARK_COLUMNS`.
 
-    if data.alerts is None or data.alerts.empty:
+    On a figure of all traffic (`segment` = 'all'): an all-traffic row is a point on its k's
+    line (`is_point`, at `value`), a segment row a band over its day, whatever else fired that
+    day. On a panel of one segment column: its values' rows, each a point on the value's line.
+    `label` names the row: 'k=5' for all traffic, 'surface=app k=10' for a segment value."""
+    if alerts is None or alerts.empty:
+        return pd.DataFrame(columns=MARK_COLUMNS)
+    rows = alerts[
+        alerts["status"].isin(list(_MARKS))
+        & (alerts["statistic"] == statistic)
+        & alerts["k"].isin({int(k) for k in ks})
+    ]
+    if segment != ALL_TRAFFIC:
+        rows = rows[rows["segment"] == segment]
+    marks = pd.DataFrame(
+        {
+            "metric_date": rows["metric_date"].map(as_date),
+            "k": rows["k"].astype("int64"),
+            "segment": rows["segment"],
+            "segment_value": rows["segment_value"],
+            "status": rows["status"],
+            "value": rows["value"].astype("float64"),
+            "is_point": (rows["segment"] == segment) | (segment != ALL_TRAFFIC),
+            "label": [_where(r.segment, r.segment_value, r.k) for r in rows.itertuples()],
+        },
+        columns=MARK_COLUMNS,
+    )
+    return marks.sort_values(["metric_date", "k", "segment", "segment_value"]).reset_index(
+        drop=True
+    )
+
+
+def _where(segment: str, value: str, k: int | None = None) -> str:
+    """'all traffic' or 'surface=app', with ' k=10' when `k` is given ('k=10' alone for all
+    traffic)."""
+    if segment == ALL_TRAFFIC:
+        return "all traffic" if k is None else f"k={k}"
+    return f"{segment}={value}" + ("" if k is None else f" k={k}")
+
+
+def _draw_marks(ax: Any, marks: pd.DataFrame, scale: float = 1.0) -> None:
+    """`alert_marks` on `ax`: each point, a large marker on its line with its label beside it
+    (one legend entry per status and k); each day's band, one per status, its segment values
+    named in its legend entry, a line each (`_band_names`)."""
+    if marks.empty:
         return
-    fired = data.alerts[data.alerts["statistic"] == statistic]
-    everything = fired["segment"] == ALL_TRAFFIC
-    points = fired[everything]
     for status, (colour, marker, name) in _MARKS.items():
-        mine = points[points["status"] == status]
-        if not mine.empty:
+        mine = marks[marks["status"] == status]
+        points = mine[mine["is_point"].astype(bool)]
+        for k, group in points.groupby("k"):
+            where = " (all traffic)" if (group["segment"] == ALL_TRAFFIC).all() else ""
             ax.scatter(
-                _dates(mine["metric_date"]),
-                mine["value"] * scale,
+                _dates(group["metric_date"]),
+                group["value"] * scale,
                 s=120,
                 marker=marker,
                 color=colour,
                 zorder=5,
-                label=f"{name} (all traffic)",
+                label=f"{name}, k={k}{where}",
             )
-        shown = set(mine["metric_date"])
-        in_segments = fired[~everything & (fired["status"] == status)]
-        days = sorted(set(in_segments["metric_date"]) - shown)
-        for i, day in enumerate(days):
+            for row in group.itertuples():
+                ax.annotate(
+                    row.label,
+                    (dt.datetime.combine(row.metric_date, dt.time()), row.value * scale),
+                    xytext=(7, 4),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color=colour,
+                    zorder=6,
+                )
+        bands = mine[~mine["is_point"].astype(bool)]
+        for day, group in bands.groupby("metric_date"):
             start = dt.datetime.combine(day, dt.time()) - dt.timedelta(hours=12)
-            ax.axvspan(
+            ax.axvspan(  # named in the legend: beside the axes, no line runs through the names
                 start,
                 start + dt.timedelta(days=1),
                 color=colour,
                 alpha=0.15,
                 zorder=0,
-                label=f"{name} in a segment only" if i == 0 else None,
+                label=f"{name} in a segment on\n{day.isoformat()} (band):\n"
+                + "\n".join(_band_names(group)),
             )
-            where = in_segments[in_segments["metric_date"] == day]
-            names = sorted({f"{r.segment}={r.segment_value}" for r in where.itertuples()})
-            ax.text(  # at the band's foot, left of the day's points
-                start + dt.timedelta(hours=4),
-                0.02,
-                ", ".join(names),
-                transform=blended_transform_factory(ax.transData, ax.transAxes),
-                rotation=90,
-                ha="center",
-                va="bottom",
-                fontsize=7,
-                color=colour,
-            )
+
+
+def _band_names(marks: pd.DataFrame) -> list[str]:
+    """A band's segment values, one line each with the ks they fired at: 'surface=app k=5,10'."""
+    return [
+        f"{segment}={value} k=" + ",".join(str(k) for k in sorted(group["k"]))
+        for (segment, value), group in marks.groupby(["segment", "segment_value"])
+    ]
 
 
 def _marks_caption(data: ReportData) -> str:
     if data.alerts is None:
         return " (No unique_clusters_alerts table: no alert marks.)"
     return (
-        " Marked: an alert (red X) or improvement (green +) of all traffic on its point; a "
-        "red or green band over a day where one fired in a segment only (see Alerts)."
+        " Marked: an alert (red X) or improvement (green +) of all traffic on its k's point, "
+        "its k beside it; a red or green band over a day with one in a segment, whatever else "
+        "fired that day, its segment values and ks named in the legend (see Alerts)."
     )
 
 
@@ -844,7 +918,6 @@ def _missing_section(data: ReportData, out_dir: Path) -> _Section:
         f"in %, listed as a fraction). Over the range: {missing:,} of {results:,} = {overall}.",
         data.missing,
         _save(fig, out_dir / "missing_cluster_rate.png"),
-        over_days=True,
     )
 
 
@@ -886,45 +959,55 @@ def _cost_section(data: ReportData, out_dir: Path) -> _Section:
         + ".",
         cost,
         _save(fig, out_dir / "redundancy_cost.png"),
-        over_days=True,
     )
 
 
 def _crowding_sections(data: ReportData, out_dir: Path) -> list[_Section]:
     """ "What crowds the window": per day shown (`_crowding_shown`), a bar chart and a table of
-    its top keys by redundant slots."""
+    its top keys by redundant slots, on an alert day each beside its baseline mean."""
     title = "What crowds the window"
     if data.crowding is None:
         return [_Section("crowding", title, "", None, None, _absent(CROWDING_TABLE, data))]
     sections = []
     for day, rows in data.crowding.groupby(data.crowding["metric_date"].map(as_date)):
-        k, segment, value = rows.iloc[0][["k", "segment", "segment_value"]]
-        where = "all traffic" if segment == ALL_TRAFFIC else f"{segment}={value}"
-        names = [
-            f"cluster {c}" if isinstance(c, str) else f"chunk {h}"
-            for c, h in zip(rows["cluster_id"], rows["chunk_id"], strict=True)
-        ]
+        rows = rows.reset_index(drop=True)
+        k, segment, value, statistic = rows.iloc[0][["k", "segment", "segment_value", "statistic"]]
+        alert = _shown_alert(data, day, k, segment, value, statistic)
+        compared = alert is not None and rows["baseline_redundant_slots"].notna().any()
+        where = _where(segment, value)
         fig, (ax,) = _figure()
-        ax.barh(names[::-1], rows["redundant_slots"][::-1], color="tab:orange")
-        ax.set_xlabel("redundant slots (copies beyond the first in a top-k)")
-        ax.set_title(f"Top keys by redundant slots, {day.isoformat()}, {where}, k={k}")
-        fired = (
-            data.alerts
-            if data.alerts is not None
-            else pd.DataFrame(columns=["status", "metric_date"])
+        _crowding_bars(ax, rows, day, alert if compared else None)
+        ax.set_title(
+            f"Top keys by redundant slots in the top-{k}, {day.isoformat()}, {where}\n"
+            + (
+                f"k={k}: the report's default k (no alert this day)"
+                if alert is None
+                else f"k={k}: the alert's k ({statistic} alert)"
+            )
         )
-        alerts = fired[fired["status"] == ALERT]
-        alert = bool((alerts["metric_date"].map(as_date) == day).any())
+        if alert is None:
+            why = (
+                f"The last day of the report, without an alert: at k={k}, the report's default "
+                "k (10 when measured, else the largest), and no baseline."
+            )
+        else:
+            why = f"An alert day, at the alert's k ({k}): {describe(alert)}. " + (
+                f"Beside each key, its mean over the alert's {alert.baseline_days} baseline "
+                "days (0 on a day that did not list it), as the alert's culprit lines give it; "
+                "NEW: listed on none of them."
+                if compared
+                else "None of its baseline days is in the published tables: no baseline beside "
+                "the keys."
+            )
         sections.append(
             _Section(
                 f"crowding_{day.isoformat()}",
-                f"{title}: {day.isoformat()}",
+                f"{title}: {day.isoformat()}, {where}, k={k}",
                 f"The keys (a cluster id, or a chunk without one) whose copies took the most "
-                f"slots of the top-{k} on {day.isoformat()}, {where}"
-                + (" (an alert day)" if alert else " (the last day of the report)")
-                + ": copies beyond the first in a request's top-k, summed over the day's "
-                "requests (unique_clusters_crowding).",
-                rows.reset_index(drop=True),
+                f"slots of the top-{k} on {day.isoformat()}, {where}: copies beyond the first "
+                f"in a request's top-k, summed over the day's requests "
+                f"(unique_clusters_crowding). {why}",
+                rows,
                 _save(fig, out_dir / f"crowding_{day.isoformat()}.png"),
             )
         )
@@ -934,29 +1017,111 @@ def _crowding_sections(data: ReportData, out_dir: Path) -> list[_Section]:
     return sections
 
 
+def _shown_alert(
+    data: ReportData, day: dt.date, k: int, segment: str, value: str, statistic: Any
+) -> Any:
+    """The alert row a crowding figure was drawn for (None: the last day, no alert)."""
+    if data.alerts is None or pd.isna(statistic):
+        return None
+    alerts = data.alerts
+    mine = alerts[
+        (alerts["metric_date"].map(as_date) == day)
+        & (alerts["status"] == ALERT)
+        & (alerts["k"] == k)
+        & (alerts["segment"] == segment)
+        & (alerts["segment_value"] == value)
+        & (alerts["statistic"] == statistic)
+    ]
+    return next(mine.itertuples(), None)
+
+
+def _crowding_bars(ax: Any, rows: pd.DataFrame, day: dt.date, alert: Any) -> None:
+    """A bar per key, the day's redundant slots, and with an alert (one with a baseline) a grey
+    bar beside it, the key's baseline mean, with NEW after the bar of a key no baseline day
+    listed."""
+    names = [
+        f"cluster {c}" if isinstance(c, str) else f"chunk {h}"
+        for c, h in zip(rows["cluster_id"], rows["chunk_id"], strict=True)
+    ]
+    positions = np.arange(len(rows))[::-1]  # rank 1 on top
+    height = 0.4 if alert is not None else 0.8
+    offset = height / 2 if alert is not None else 0.0
+    ax.barh(
+        positions + offset,
+        rows["redundant_slots"],
+        height=height,
+        color="tab:orange",
+        label=day.isoformat(),
+    )
+    if alert is not None:
+        baseline = rows["baseline_redundant_slots"].astype("float64")
+        ax.barh(
+            positions - offset,
+            baseline.fillna(0),
+            height=height,
+            color="tab:gray",
+            label=f"baseline mean\n({alert.baseline_days} days)",
+        )
+        for position, slots, new in zip(
+            positions, rows["redundant_slots"], rows["is_new"], strict=True
+        ):
+            if not pd.isna(new) and bool(new):
+                ax.text(
+                    slots,
+                    position + offset,
+                    " NEW",
+                    va="center",
+                    ha="left",
+                    fontsize=8,
+                    fontweight="bold",
+                    color="tab:red",
+                )
+        ax.margins(x=0.08)  # room for NEW after the longest bar
+        _legend_outside(ax)
+    ax.set_yticks(positions, names)
+    ax.set_xlabel("redundant slots (copies beyond the first in a top-k)")
+    ax.grid(True, axis="x", alpha=0.3)
+
+
 def _segments_section(data: ReportData, out_dir: Path) -> _Section:
+    """One panel per segment column: a line per value of its daily mean at the default k, the
+    alerts and improvements of the mean of those values marked on their lines."""
     segments = data.segments
     assert segments is not None
     names = sorted(segments["segment"].unique())
-    fig, axes = _figure(len(names))
     k = int(segments["k"].iloc[0])
+    fig, axes = _figure(len(names))
     for ax, name in zip(axes, names, strict=False):
-        group = segments[segments["segment"] == name].reset_index(drop=True)
-        positions = np.arange(len(group))
-        ax.barh(positions, group["mean_unique_clusters"], color="tab:green", label="mean")
-        ax.plot(group["median_unique_clusters"], positions, "D", color="black", label="median")
-        ax.set_yticks(positions, [str(v) for v in group["segment_value"]])
-        ax.set_xlabel(f"unique clusters in the top-{k} (count)")
-        ax.set_ylabel(f"{name} (segment value)")
+        column = segments[segments["segment"] == name]
+        for value, group in column.groupby("segment_value"):
+            ax.plot(
+                _dates(group["metric_date"]), group["mean"], marker="o", markersize=2, label=value
+            )
+        _draw_marks(ax, alert_marks(data.alerts, MEAN_STATISTIC, [k], segment=name))
+        ax.set_ylabel(f"mean unique clusters in the top-{k} (count)")
         ax.set_title(f"by {name}", fontsize=10)
-        ax.grid(True, axis="x", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"Unique-clusters@{k} per segment value, over {_range_text(data)}")
+        _date_axis(ax, data)
+        ax.legend(
+            fontsize=8,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.16),
+            ncol=4,
+            title=f"{name} (segment value)",
+            title_fontsize=8,
+        )
+    fig.suptitle(f"Daily mean unique-clusters@{k} per segment value\n{_range_text(data)}")
+    marks = (
+        " (No unique_clusters_alerts table: no alert marks.)"
+        if data.alerts is None
+        else " Marked on a value's line: an alert (red X) or improvement (green +) of its mean "
+        f"at k={k}, named beside it (other ks and the share: see Alerts)."
+    )
     return _Section(
         "segments",
         "Segments",
-        f"Per segment value at k={k}, over the range: the mean (total clusters / queries) and "
-        "the median of the summed daily histograms.",
+        f"Per segment column, the daily mean of each of its values at k={k} (10 when measured, "
+        "else the largest k), so that a change in one segment shows beside the others; a fall "
+        "is a regression." + marks,
         segments,
         _save(fig, out_dir / "segments.png"),
     )
@@ -992,6 +1157,7 @@ def _html(data: ReportData, sections: list[_Section]) -> str:
         "(segment = 'all') unless a section says otherwise. Every figure is drawn from the "
         "table beside it, read from the Delta tables.</p>",
         *_alerts_html(data),
+        *_calibration_html(data),
     ]
     for section in sections:
         parts.append(f'<section id="{section.name}"><h2>{html.escape(section.title)}</h2>')
@@ -1006,8 +1172,6 @@ def _html(data: ReportData, sections: list[_Section]) -> str:
             f'src="data:image/png;base64,{encoded}">'
         )
         parts.append(f'<div class="numbers">{_table_html(section.table)}</div></div>')
-        if section.over_days:
-            parts += _calibration_html(data)
         parts.append("</section>")
     if data.evaluation is not None:
         parts.append('<section id="evaluation"><h2>Evaluation (judged), averaged rows</h2>')
@@ -1021,35 +1185,39 @@ def _html(data: ReportData, sections: list[_Section]) -> str:
 
 
 def _calibration_html(data: ReportData) -> list[str]:
-    """Under a time series: the detector's calibration of each cluster table version its days
-    were computed from (the numbers inherit its errors), and the days the version changed."""
+    """Once, before the figures: the detector's calibration of each cluster table version the
+    range's days were computed from (every time series inherits its errors), and the days the
+    version changed (the dotted line on those figures)."""
+    parts = ['<section id="calibration"><h2>Detector calibration</h2>']
     if data.calibration is None:
-        return [
-            '<p class="note">Detector calibration: none published (inputs.calibration): '
-            "these numbers stand without the detector's measured precision and recall.</p>"
-        ]
+        parts.append(
+            '<p class="note">None published (inputs.calibration): the numbers of this report '
+            "stand without the detector's measured precision and recall.</p></section>"
+        )
+        return parts
     changes = _version_changes(data.versions) if data.versions is not None else []
     moved = "; ".join(
         f"{day}: version {'?' if version is None else version}" for day, version in changes
     )
     lacking = data.calibration[~data.calibration["calibrated"]]
-    parts = [
-        '<p class="caption">Detector calibration of the cluster table version(s) these days '
-        "were computed from (pair precision: of the pairs put in one cluster, the share that "
-        "are duplicates; pair recall: of the duplicate pairs, the share put in one cluster). "
+    parts.append(
+        '<p class="caption">Detector calibration of the cluster table version(s) the time '
+        "series' days were computed from (pair precision: of the pairs put in one cluster, the "
+        "share that are duplicates; pair recall: of the duplicate pairs, the share put in one "
+        "cluster). "
         + (
-            f"The version changed on {html.escape(moved)} (dotted line): a move there may be "
-            "the detector's, not the index's."
+            f"The version changed on {html.escape(moved)} (dotted line on the time series): a "
+            "move there may be the detector's, not the index's."
             if changes
             else "One version over the whole range."
         )
         + "</p>"
-    ]
+    )
     if not lacking.empty:
         versions = ", ".join(str(v) for v in lacking["cluster_table_version"])
         parts.append(f'<p class="note">No calibration row for version(s) {versions}.</p>')
     shown = data.calibration.drop(columns=["calibrated"])
-    parts.append(f'<div class="numbers">{_table_html(shown)}</div>')
+    parts.append(f'<div class="numbers">{_table_html(shown)}</div></section>')
     return parts
 
 
@@ -1075,16 +1243,33 @@ def _alerts_html(data: ReportData) -> list[str]:
 
 
 def _table_html(df: pd.DataFrame) -> str:
-    formatters: dict[str, Callable[[Any], str]] = {}
+    """The frame as an HTML table for people: floats to 3 significant digits, a float column
+    of whole numbers (a count or an id with a null among them) as integers; integers, dates
+    and text as they are; a null as '-'. The Delta tables keep the raw values."""
+    shown = df.copy()
     for column in df.columns:
         if pd.api.types.is_float_dtype(df[column]):
-            formatters[column] = _number
-    text: str = df.to_html(index=False, formatters=formatters, na_rep="-", border=0)
+            values = df[column].dropna()
+            shown[column] = df[column].map(_whole if (values == values.round()).all() else _number)
+        elif pd.api.types.is_object_dtype(df[column]):  # to_html prints None as 'None'
+            shown[column] = df[column].map(_text)
+    text: str = shown.to_html(index=False, na_rep="-", border=0)
     return text
 
 
 def _number(value: Any) -> str:
-    """Floats as stored, to 6 significant digits (NaN as '-')."""
-    if value is None or (isinstance(value, float) and np.isnan(value)):
+    """A float to 3 significant digits, without an exponent from 0.0001 up ('-' for NaN)."""
+    if pd.isna(value):
         return "-"
-    return f"{float(value):.6g}"
+    text = f"{float(value):.3g}"
+    return f"{float(text):.0f}" if "e+" in text else text
+
+
+def _whole(value: Any) -> str:
+    return "-" if pd.isna(value) else f"{float(value):.0f}"
+
+
+def _text(value: Any) -> str:
+    """A cell of a column of objects (text, dates, booleans, a null among them)."""
+    missing = value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value))
+    return "-" if missing else str(value)
