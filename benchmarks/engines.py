@@ -30,7 +30,7 @@ import yaml
 from benchmarks import duckdb_reference, floor_spark, naive_spark
 from benchmarks.datasets import Dataset
 
-# logmetrics' output tables, under output.warehouse (its README, "Outputs").
+# logmetrics' output tables, under output.warehouse (docs/tables.md).
 BY_QUERY_TABLE = "unique_clusters_by_query"
 DAILY_TABLE = "unique_clusters_daily"
 KS = (5, 10, 20)

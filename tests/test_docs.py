@@ -86,3 +86,44 @@ def test_every_config_key_is_documented() -> None:
             missing.append(key)
     assert len(_config_keys(Config)) > 50
     assert missing == []
+
+
+REPO = DOC.parents[1]
+PAGES = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    *sorted((REPO / "deploy").glob("*/README.md")),
+    REPO / "benchmarks" / "README.md",
+]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+README = (REPO / "README.md").read_text()
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation but - and _ dropped,
+    spaces as hyphens."""
+    headings = re.findall(
+        r"^#+ (.+)$", re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S), re.M
+    )
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_resolve(page: Path) -> None:
+    """Every relative link of the README and the docs names a file that exists, and an anchor
+    that one of its headings gives."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists() or (anchor and anchor not in _anchors(linked)):
+            broken.append(target)
+    assert broken == []
+
+
+def test_the_readme_links_to_every_page_of_docs() -> None:
+    linked = {(REPO / target.partition("#")[0]).resolve() for target in LINK.findall(README)}
+    assert set((REPO / "docs").glob("*.md")) <= linked

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -272,6 +273,68 @@ def test_every_row_is_accounted_for_and_quarantined_with_a_reason(
         "null_chunk_id",
         "null_rank",
     }
+
+
+DOCS_TABLES = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
+
+
+def _reader_snippets() -> list[str]:
+    """The python code blocks of docs/tables.md's "Read it without Spark", in order."""
+    text = DOCS_TABLES.read_text()
+    section = re.search(r"^## Read it without Spark\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert section, "docs/tables.md has no 'Read it without Spark' section"
+    return re.findall(r"^```python\n(.*?)^```$", section.group(1), re.M | re.S)
+
+
+def test_the_docs_read_the_tables_without_spark(
+    spark: SparkSession, warehouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/tables.md's deltalake, pandas and DuckDB snippets, run as written over this module's
+    warehouse (as ./warehouse), give what Spark reads: pandas' 0-based histogram[0] is DuckDB's
+    1-based histogram[1], a slice of it gives the share at or below 3, and `check` is quoted."""
+    snippets = _reader_snippets()
+    assert len(snippets) == 3
+    (tmp_path / "warehouse").symlink_to(warehouse)
+    monkeypatch.chdir(tmp_path)
+    names: dict[str, Any] = {}
+    for snippet in snippets:
+        exec(compile(snippet, str(DOCS_TABLES), "exec"), names)
+
+    daily = (
+        _table(spark, warehouse, "unique_clusters_daily")
+        .where("k = 10 AND segment = 'all'")
+        .orderBy("metric_date")
+        .collect()
+    )
+    assert len(daily) == DAYS
+    frame = names["daily"]
+    assert frame["metric_date"].tolist() == [r.metric_date for r in daily]
+    assert [list(h) for h in frame["histogram"]] == [r.histogram for r in daily]
+    assert frame["zero_clusters"].tolist() == [r.histogram[0] for r in daily]
+    assert frame["mean"].tolist() == [r.mean for r in daily]
+    total = [sum(column) for column in zip(*(r.histogram for r in daily), strict=True)]
+    assert names["total"].tolist() == total
+    assert names["share_at_or_below"][-1] == pytest.approx(1.0)
+
+    def share_at_or_below(histogram: list[int], threshold: int) -> float:
+        return sum(histogram[: threshold + 1]) / sum(histogram)
+
+    assert names["by_day"] == [
+        (r.metric_date, r.histogram[0], pytest.approx(share_at_or_below(r.histogram, 3)))
+        for r in daily
+    ]
+    # The data tells a 1-based slice from a 0-based one: [1:4] is not the 1..4 clusters' counts.
+    assert any(sum(r.histogram[:4]) != sum(r.histogram[1:5]) for r in daily)
+
+    quality = (
+        _table(spark, warehouse, "data_quality")
+        .where("severity = 'blocking'")
+        .orderBy("metric_date", "check")
+        .select("metric_date", "check", "success", "observed_value", "threshold")
+        .collect()
+    )
+    assert len(quality) >= DAYS * 4
+    assert names["blocking"] == [tuple(r) for r in quality]
 
 
 def test_rerunning_a_range_or_a_day_changes_nothing_and_touches_no_other_day(

@@ -640,7 +640,7 @@ def test_every_adversarial_row_is_accounted_for(
 def test_extra_columns_with_hostile_names_are_carried_along(
     spark: SparkSession, tmp_path: Path, column: str
 ) -> None:
-    """README: other columns are carried along and ignored, whatever their names (Parquet
+    """docs/inputs.md: other columns are carried along and ignored, whatever their names (Parquet
     allows dots, backticks and spaces in them). A malformed row keeps them in its raw JSON."""
     day = dt.datetime.combine(START, dt.time(), tzinfo=UTC)
     schema = pa.schema([*LOGS_SCHEMA][:3] + [(column, pa.string())])

@@ -69,7 +69,7 @@ def test_each_constraints_file_pins_a_pair_that_matches(line: str) -> None:
 
 
 def test_the_default_line_is_the_jar_the_docs_and_the_dag_name() -> None:
-    """DELTA_PACKAGE (README, docs/cluster.md, the Airflow DAG) is constraints.txt's pair."""
+    """DELTA_PACKAGE (docs/cluster.md, the Airflow DAG) is constraints.txt's pair."""
     assert (SPARK_MAJOR_MINOR, DELTA_PACKAGE) == ("4.1", LINES["4.1"][1])
     assert delta_package(DELTA_VERSION, SPARK_MAJOR_MINOR) == DELTA_PACKAGE
 

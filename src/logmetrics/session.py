@@ -35,7 +35,7 @@ from logmetrics.redaction import redact_url
 
 log = logging.getLogger(__name__)
 
-# The default Spark line, as constraints.txt pins it: the jar README, docs/cluster.md and the
+# The default Spark line, as constraints.txt pins it: the jar docs/cluster.md and the
 # Airflow DAG name for spark-submit (tests/deploy/test_dags.py reads DELTA_PACKAGE here).
 # A local session does not use these: it takes Delta's jar from the installed pair
 # (`installed_delta_package`), so the other supported line (constraints-spark40.txt) gets its
