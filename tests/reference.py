@@ -321,11 +321,15 @@ def crowding(
     start: dt.date,
     end: dt.date,
     segment: tuple[str, str] | None = None,
+    tokens_per_slot: int = 510,
+    usd_per_million_input_tokens: float = 3.0,
 ) -> list[dict[str, Any]]:
     """One dict per (metric_date, k, rank): the `top` cluster keys by redundant slots (a key
     with n entries in a request's top-k takes n - 1), ties by the key's text (the cluster id,
     or the chunk id of a chunk that is its own key; a cluster before a chunk of the same text),
-    only keys with a redundant slot; sorted by (metric_date, k, rank)."""
+    only keys with a redundant slot; sorted by (metric_date, k, rank). The tokens of a key's
+    redundant slots are its entries' after the first in the top-k (their own `tokens`, else
+    `tokens_per_slot`), priced as `redundancy_cost` prices them."""
     table = cluster_lookup(clusters)
     members: dict[str, int] = {}
     for cluster_id in table.values():
@@ -341,12 +345,17 @@ def crowding(
     for metric_date in sorted(per_day):
         for k in _check_ks(ks):
             redundant: dict[ClusterKey, int] = {}
+            tokens: dict[ClusterKey, int] = {}
             affected: dict[ClusterKey, list[str]] = {}
             for request_id, entries in per_day[metric_date]:
                 counts: dict[ClusterKey, int] = {}
                 for entry in entries[:k]:
                     key = cluster_key(entry["chunk_id"], table)
                     counts[key] = counts.get(key, 0) + 1
+                    if counts[key] >= 2:
+                        own = entry.get("tokens")
+                        spent = tokens_per_slot if own is None else own
+                        tokens[key] = tokens.get(key, 0) + spent
                 for key, n in counts.items():
                     if n >= 2:
                         redundant[key] = redundant.get(key, 0) + n - 1
@@ -367,6 +376,8 @@ def crowding(
                         "share_of_redundant_slots": redundant[key] / total,
                         "cluster_size": members[name] if kind == "c" else 1,
                         "example_request_ids": sorted(affected[key])[:3],
+                        "redundant_tokens": tokens[key],
+                        "redundant_usd": tokens[key] * usd_per_million_input_tokens / 1_000_000,
                     }
                 )
     return out

@@ -235,7 +235,7 @@ def test_sweep_cost_and_segments_equal_reference(
     clusters_df = spark.createDataFrame(cluster_rows, CLUSTERS)
     max_k = max(ks)
     served_df = requests_by_key(
-        logs_df, cluster_keys(clusters_df), ks, segment_by=("surface",), repeats=True
+        logs_df, cluster_keys(clusters_df), ks, segment_by=("surface",), slot_keys=True
     ).transform(filter_served_requests)
     segmented_df = served_df.transform(with_segments, ("surface",))
     dates = reference.dates_between(START, END)
@@ -248,7 +248,7 @@ def test_sweep_cost_and_segments_equal_reference(
     sums_df = spark.createDataFrame(day_sums(segmented_df, ks, TOKENS_PER_SLOT).toArrow())
     # Crowding as the chunk builds it: the few candidates collected, then named (top_n 2: ties
     # at the cut-off are frequent).
-    found = crowding_candidates(served_df, ks, 2, ("surface",))
+    found = crowding_candidates(served_df, ks, 2, ("surface",), TOKENS_PER_SLOT, USD_PER_MILLION)
     candidates = spark.createDataFrame(found.toArrow(), schema=found.schema)
     got = {
         table: [r.asDict() for r in df.collect()]
@@ -256,9 +256,7 @@ def test_sweep_cost_and_segments_equal_reference(
             "daily": daily_from_sums(sums_df, calendar, threshold=2),
             "sweep": k_sweep(sums_df, sweep_calendar),
             "cost": redundancy_cost(sums_df, calendar, TOKENS_PER_SLOT, USD_PER_MILLION),
-            "crowding": crowding_rows(
-                candidates, served_df, cluster_keys(clusters_df), ks, 2, ("surface",)
-            ),
+            "crowding": crowding_rows(candidates, cluster_keys(clusters_df), 2),
         }.items()
     }
     ref_rows = [
@@ -284,7 +282,17 @@ def test_sweep_cost_and_segments_equal_reference(
             "cost": reference.redundancy_cost(
                 ref_rows, cluster_rows, ks, TOKENS_PER_SLOT, USD_PER_MILLION, START, END, segment
             ),
-            "crowding": reference.crowding(ref_rows, cluster_rows, ks, 2, START, END, segment),
+            "crowding": reference.crowding(
+                ref_rows,
+                cluster_rows,
+                ks,
+                2,
+                START,
+                END,
+                segment,
+                TOKENS_PER_SLOT,
+                USD_PER_MILLION,
+            ),
         }
         for table, rows_of_table in got.items():
             rows_of_segment = [

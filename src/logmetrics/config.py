@@ -299,10 +299,10 @@ class CrowdingConfig(_Section):
     """What crowds the top-k (`unique_clusters_crowding`)."""
 
     enabled: bool = Field(
-        default=False,
+        default=True,
         description="Write unique_clusters_crowding for every published day, and name each "
-        "alert's culprits from it. Off by default until its cost is cut: on the 90-day "
-        "benchmark it makes the run 1.38x slower (the per-request repeats and their ranking).",
+        "alert's culprits from it, with what their redundant slots cost. Off saves its share of "
+        "a run (docs/config.md); part of the config fingerprint.",
     )
     top_clusters: StrictInt = Field(
         default=50,

@@ -333,6 +333,19 @@ CROWDING = StructType(
             False,
         ),
         *_RUN_FIELDS,
+        _field(
+            "redundant_tokens",
+            LongType(),
+            "Prompt tokens of those redundant slots: each result's own tokens, else "
+            "cost.tokens_per_slot, as redundancy_cost_daily counts them (null in rows written "
+            "before they were counted).",
+        ),
+        _field(
+            "redundant_usd",
+            DoubleType(),
+            "redundant_tokens at cost.usd_per_million_input_tokens (null in rows written before "
+            "they were counted).",
+        ),
     ]
 )
 

@@ -426,6 +426,25 @@ def test_culprits_are_the_days_top_keys_against_the_alerts_baseline_days() -> No
     assert lines[2] == (
         "  #3 chunk x: 40 redundant slots (baseline mean 0.0), NEW among the baseline's top keys"
     )
+    # What a culprit's slots cost: priced where the crowding rows carry it (not in rows written
+    # before it was counted, as above).
+    priced = listed.assign(redundant_tokens=listed.redundant_slots * 510)
+    priced["redundant_usd"] = priced.redundant_tokens * 3.0 / 1_000_000
+    priced.loc[0, ["redundant_slots", "redundant_tokens", "redundant_usd"]] = [
+        819,
+        417_690,
+        1.25307,
+    ]
+    lines = [
+        describe_culprit(r) for r in culprits(alerts, daily, priced, AlertsConfig()).itertuples()
+    ]
+    assert lines[0] == (
+        "  #1 cluster A: 819 redundant slots, 0.42M tokens, 1.25 USD (baseline mean 10.0)"
+    )
+    assert lines[1] == (
+        "  #2 cluster C: 50 redundant slots, 25.5k tokens, 0.08 USD (baseline mean 0.0), NEW "
+        "among the baseline's top keys"
+    )
     # No alert, or no crowding rows: no culprits.
     assert culprits(alerts.assign(status="ok"), daily, listed, AlertsConfig()).empty
     assert culprits(alerts, daily, listed.iloc[0:0], AlertsConfig()).empty

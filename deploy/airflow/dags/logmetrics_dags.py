@@ -13,7 +13,8 @@ logs have landed: the sensor `wait_for_logs` pokes `logmetrics ready --config C 
 reschedule mode (the worker slot is free between pokes) every `ready_poke_interval_seconds`, for
 at most `ready_timeout_seconds` (DAG params). Exit 5 (not ready) pokes again; any other failure (2,
 a bad config) fails the task at once, since waiting would not mend it. With no
-`inputs.served_logs.ready_marker` in the config `ready` answers 0 and the run starts at once.
+`inputs.served_logs.ready_marker` in the config `ready` judges the day by its log files: it
+answers 5 until a file holds a row of the day.
 
 The nightly DAG then runs, on the same path, `logmetrics alerts --config C --start D --end D
 --fail-on-alert` (`jobs/alerts.py`): the day just published judged against its baseline, from

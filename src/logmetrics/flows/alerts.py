@@ -110,6 +110,7 @@ def culprit_rows(
         "cluster_id",
         "chunk_id",
         "redundant_slots",
+        *[c for c in ("redundant_tokens", "redundant_usd") if c in crowding_df.columns],
     )
     return culprits(alerts, daily, pd.DataFrame(rows.toPandas()), config.alerts)
 

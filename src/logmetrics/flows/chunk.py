@@ -172,7 +172,7 @@ class Chunk:
             salt,
             keys.broadcast,
             metrics.segment_by,
-            repeats=self.config.crowding.enabled,
+            slot_keys=self.config.crowding.enabled,
         )
 
     def _checks(
@@ -262,15 +262,23 @@ class Chunk:
         ], alerts
 
     def _crowding(self, served_df: DataFrame, keys_df: DataFrame) -> DataFrame:
-        """unique_clusters_crowding's rows: the candidates (a few thousand rows, from the one
-        big aggregation of the repeats) collected once, then named and given their examples.
-        Built in the table's write thread."""
-        metrics, top_n = self.config.metrics, self.config.crowding.top_clusters
+        """unique_clusters_crowding's rows: the candidates (a few thousand rows, from one
+        aggregation of the repeated slots, counts and examples together) collected once, then
+        named. Built in the table's write thread."""
+        metrics, cost = self.config.metrics, self.config.cost
+        top_n = self.config.crowding.top_clusters
         with self.phases.timed("crowding candidates"):
             candidates = self._local(
-                crowding_candidates(served_df, metrics.ks, top_n, metrics.segment_by)
+                crowding_candidates(
+                    served_df,
+                    metrics.ks,
+                    top_n,
+                    metrics.segment_by,
+                    cost.tokens_per_slot,
+                    cost.usd_per_million_input_tokens,
+                )
             )
-        return crowding_rows(candidates, served_df, keys_df, metrics.ks, top_n, metrics.segment_by)
+        return crowding_rows(candidates, keys_df, top_n)
 
     def _alerts(self, daily_df: DataFrame, publish: list[dt.date]) -> pd.DataFrame:
         """The published days judged in date order (`alerts.alert_rows`), against the published

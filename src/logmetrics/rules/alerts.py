@@ -217,6 +217,8 @@ CULPRIT_COLUMNS = [
     "cluster_id",
     "chunk_id",
     "redundant_slots",
+    "redundant_tokens",
+    "redundant_usd",
     "baseline_redundant_slots",
     "is_new",
 ]
@@ -272,6 +274,8 @@ def culprits(
                     "cluster_id": culprit.cluster_id,
                     "chunk_id": culprit.chunk_id,
                     "redundant_slots": int(culprit.redundant_slots),
+                    "redundant_tokens": _number(getattr(culprit, "redundant_tokens", None)),
+                    "redundant_usd": _number(getattr(culprit, "redundant_usd", None)),
                     "baseline_redundant_slots": (
                         statistics.fmean(b.get(key, 0) for b in before) if before else None
                     ),
@@ -290,12 +294,28 @@ def _text(value: Any) -> str | None:
 
 
 def describe_culprit(row: Any) -> str:
-    """One line under an alert: the key, its redundant slots, the baseline's, new or not."""
+    """One line under an alert: the key, its redundant slots and what they cost that day, the
+    baseline's, new or not."""
     name = f"cluster {row.cluster_id}" if not _is_null(row.cluster_id) else f"chunk {row.chunk_id}"
     baseline = row.baseline_redundant_slots
     then = "no baseline day" if _is_null(baseline) else f"baseline mean {baseline:.1f}"
     new = ", NEW among the baseline's top keys" if row.is_new else ""
-    return f"  #{row.rank} {name}: {row.redundant_slots} redundant slots ({then}){new}"
+    tokens, usd = getattr(row, "redundant_tokens", None), getattr(row, "redundant_usd", None)
+    cost = (
+        ""
+        if _is_null(tokens) or _is_null(usd)
+        else f", {_tokens_text(float(tokens or 0))} tokens, {float(usd or 0):.2f} USD"
+    )
+    return f"  #{row.rank} {name}: {row.redundant_slots} redundant slots{cost} ({then}){new}"
+
+
+def _tokens_text(tokens: float) -> str:
+    """`0.42M`, `42.3k`, `510`: a count of tokens for people."""
+    if tokens >= 100_000:
+        return f"{tokens / 1_000_000:.2f}M"
+    if tokens >= 1_000:
+        return f"{tokens / 1_000:.1f}k"
+    return f"{tokens:.0f}"
 
 
 def _qualifies(past: _Day, statistic: str, today: _Day, settings: AlertsConfig) -> bool:

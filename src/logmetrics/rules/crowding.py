@@ -2,22 +2,24 @@
 slots of the top-k (`unique_clusters_crowding`).
 
 A key with n entries in a request's top-k takes n - 1 redundant slots there. The per-request
-rows carry the slots that repeat a key already above them (`per_request.repeated_slots`:
-position, key and whether it is the key's first repeat in the list), so this is one
-aggregation of those repeats, with no second read of the logs:
+rows carry their top slots' keys (`slot_keys`) beside the flags the metric already made of them
+(`new_slots`: the first slot of each key), so this is aggregations of the slots that repeat a
+key, with no array function evaluated per request and no second read:
 
-    repeats per (day, segment values, key, smallest k their slot is in) -> spread over the
-    segment rows and the ks at or above -> per (day, k, segment, key): redundant slots,
-    requests affected -> the top `top_n` by redundant slots (ties by the key as text) -> the
-    key's cluster id or chunk id and cluster size (the cluster table's keys) -> the up to 3
-    smallest request ids affected
+    the repeated slots (a generator over the slots, the new ones dropped) -> per (request, key):
+    its repeats and their tokens within each k, its first repeat's slot (no shuffle: the rows
+    sit partitioned by request) -> per (day, segment values, key, smallest k its first repeat
+    is in): slots, tokens, requests affected and the 3 smallest request ids, in one aggregation
+    -> spread over the segment rows and the ks at or above -> the top `top_n` by redundant
+    slots (ties kept) -> named from the cluster table's keys, ranked with ties by the key as
+    text, cut to `top_n`
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from logmetrics.rules.cluster_keys import CLUSTER_PREFIX, SINGLETON_PREFIX
@@ -28,55 +30,69 @@ EXAMPLES = 3
 """Request ids listed per key (`example_request_ids`): the smallest, as text."""
 
 _GROUP = ("metric_date", "k", *SEGMENT_KEY)
+_REQUEST = ("request_key", "metric_date", "request_id")  # the served requests' key
 
 
 def crowding_candidates(
-    requests_df: DataFrame, ks: Sequence[int], top_n: int, segment_by: Sequence[str] = ()
+    requests_df: DataFrame,
+    ks: Sequence[int],
+    top_n: int,
+    segment_by: Sequence[str] = (),
+    tokens_per_slot: int = 0,
+    usd_per_million_input_tokens: float = 0.0,
 ) -> DataFrame:
     """Per (day, k, segment row), every key tied with the `top_n`-th or above by redundant
-    slots, with its requests affected and its share of the row's redundant slots: a few
-    thousand rows. The tie-break by text comes after the keys are named (`crowding_rows`),
-    which is only done for these.
-
-    Two aggregations, the big one first: the repeats are counted per (day, the request's
-    segment values, key, the smallest k of `ks` their slot falls in), a few rows per key and
-    day; only those counts are spread over the segment rows and added up there, one sum per k
-    of the counts from that k or below."""
+    slots, with its requests affected, its share of the row's redundant slots, the tokens of
+    its redundant slots (each result's `tokens`, else `tokens_per_slot`) and their price, and
+    its example request ids: a few thousand rows. The tie-break by text comes after the keys
+    are named (`crowding_rows`), which is only done for these."""
     ks_sorted = sorted(set(ks))
-    by_slot_k = (
-        _repeats(requests_df, ks_sorted)
-        .groupBy("metric_date", *segment_value_columns(requests_df), "key", "from_k")
-        .agg(
-            F.count(F.lit(1)).alias("slots"),
-            F.count(F.when(F.col("first"), True)).alias("firsts"),
-        )
+    per_request = _per_request_key(_repeated_slots(requests_df, tokens_per_slot), ks_sorted)
+    segments = segment_value_columns(requests_df)
+    by_first_k = per_request.groupBy("metric_date", *segments, "key", "from_k").agg(
+        *[F.sum(f"slots_{k}").alias(f"slots_{k}") for k in ks_sorted],
+        *[F.sum(f"tokens_{k}").alias(f"tokens_{k}") for k in ks_sorted],
+        F.count(F.lit(1)).alias("requests"),
+        _smallest(F.col("request_id")).alias("examples"),
     )
-    per_row = by_slot_k.transform(with_segments, segment_by).groupBy(
+    per_row = by_first_k.transform(with_segments, segment_by).groupBy(
         "metric_date", *SEGMENT_KEY, "key"
     )
-    # Per k, the repeats at slots within it: those counted from a k at or below.
+    # Per k: every repeat at a slot within it, and the requests whose first repeat is within it.
     within = {k: F.col("from_k") <= k for k in ks_sorted}
     sums = per_row.agg(
-        *[F.sum(F.when(within[k], F.col("slots"))).alias(f"slots_{k}") for k in ks_sorted],
-        *[F.sum(F.when(within[k], F.col("firsts"))).alias(f"firsts_{k}") for k in ks_sorted],
+        *[F.sum(f"slots_{k}").alias(f"slots_{k}") for k in ks_sorted],
+        *[F.sum(f"tokens_{k}").alias(f"tokens_{k}") for k in ks_sorted],
+        *[F.sum(F.when(within[k], F.col("requests"))).alias(f"requests_{k}") for k in ks_sorted],
+        # A few short lists per key: the smallest of each `from_k` up to k, cut below.
+        *[
+            F.collect_list(F.when(within[k], F.col("examples"))).alias(f"examples_{k}")
+            for k in ks_sorted
+        ],
     )
     per_k = F.array(
         *[
             F.struct(
                 F.lit(k).alias("k"),
                 F.col(f"slots_{k}").alias("redundant_slots"),
-                F.col(f"firsts_{k}").alias("requests_affected"),
+                F.col(f"requests_{k}").alias("requests_affected"),
+                F.col(f"tokens_{k}").alias("redundant_tokens"),
+                F.slice(F.array_sort(F.flatten(f"examples_{k}")), 1, EXAMPLES).alias(
+                    "example_request_ids"
+                ),
             )
             for k in ks_sorted
         ]
     )
     counts = sums.select("metric_date", *SEGMENT_KEY, "key", F.inline(per_k)).where(
-        F.col("redundant_slots").isNotNull()  # no repeat within this k
+        F.col("requests_affected").isNotNull()  # no repeat within this k
     )
     group = Window.partitionBy(*_GROUP)
+    usd = F.col("redundant_tokens") * F.lit(usd_per_million_input_tokens) / 1_000_000
     return (
         counts.select(
             "*",
+            usd.alias("redundant_usd"),  # as redundancy_cost_daily prices its tokens
             (F.col("redundant_slots") / F.sum("redundant_slots").over(group)).alias(
                 "share_of_redundant_slots"
             ),
@@ -87,68 +103,83 @@ def crowding_candidates(
     )
 
 
-def crowding_rows(
-    candidates_df: DataFrame,
-    requests_df: DataFrame,
-    keys_df: DataFrame,
-    ks: Sequence[int],
-    top_n: int,
-    segment_by: Sequence[str] = (),
-) -> DataFrame:
+def crowding_rows(candidates_df: DataFrame, keys_df: DataFrame, top_n: int) -> DataFrame:
     """The table's rows from `crowding_candidates`: the keys named from `keys_df`
     (`cluster_keys.cluster_keys` of the whole cluster table under the salt the requests were
-    keyed with), ranked with ties by the key as text, cut to `top_n`, with the example request
-    ids of each (from the requests' repeats again, for the listed keys only)."""
+    keyed with), ranked with ties by the key as text, cut to `top_n`."""
     group = Window.partitionBy(*_GROUP)
     order = group.orderBy(
         F.desc("redundant_slots"),
         F.coalesce("cluster_id", "chunk_id"),
         F.col("cluster_id").isNull(),
     )
-    top = (
+    return (
         candidates_df.transform(_named, keys_df)
         .withColumn("rank", F.row_number().over(order))
         .where(F.col("rank") <= top_n)
-    )
-    examples = _examples(_repeats(requests_df, sorted(set(ks))), top, segment_by, ks)
-    # Every listed key has a redundant slot, so a request it crowds: the join keeps every row.
-    return top.join(examples, on=[*_GROUP, "key"]).select(
-        *_GROUP,
-        "rank",
-        "cluster_id",
-        "chunk_id",
-        "redundant_slots",
-        "requests_affected",
-        "share_of_redundant_slots",
-        "cluster_size",
-        "example_request_ids",
-    )
-
-
-def _repeats(requests_df: DataFrame, ks_sorted: Sequence[int]) -> DataFrame:
-    """One row per repeated slot of a request (`per_request.first_repeats`): its day, segment
-    values, request id, slot, key, whether it is the key's first repeat, and `from_k`, the
-    smallest k of `ks_sorted` whose top-k holds the slot."""
-    from_k = F.when(F.col("pos") <= ks_sorted[0], F.lit(ks_sorted[0]))
-    for k in ks_sorted[1:]:
-        from_k = from_k.when(F.col("pos") <= k, F.lit(k))
-    return (
-        requests_df.where(F.col("repeats").isNotNull())
         .select(
-            "metric_date",
-            *segment_value_columns(requests_df),
-            "request_id",
-            F.inline("repeats"),
+            *_GROUP,
+            "rank",
+            "cluster_id",
+            "chunk_id",
+            "redundant_slots",
+            "requests_affected",
+            "share_of_redundant_slots",
+            "cluster_size",
+            "example_request_ids",
+            "redundant_tokens",
+            "redundant_usd",
         )
-        .withColumn("from_k", from_k)
     )
 
 
-def _every_k_from(df: DataFrame, ks_sorted: Sequence[int]) -> DataFrame:
-    """One row per k of `ks_sorted` at or above the row's `from_k`: a repeat at slot p is
-    redundant in every top-k with k >= p."""
-    ks_array = F.array(*[F.lit(k) for k in ks_sorted])
-    return df.select("*", F.explode(F.filter(ks_array, lambda k: k >= F.col("from_k"))).alias("k"))
+def _repeated_slots(requests_df: DataFrame, tokens_per_slot: int) -> DataFrame:
+    """One row per slot of a request's top slots whose key already appeared above it: the
+    request, the slot (`pos`, from 1), the key and the slot's tokens (`tokens_per_slot` for a
+    result without them). A generator over `slot_keys`, the new slots (`new_slots`) dropped."""
+    pos = F.col("pos") + 1
+    tokens = F.coalesce(F.element_at("slot_tokens", pos), F.lit(tokens_per_slot).cast("long"))
+    return (
+        requests_df.select(
+            *_REQUEST,
+            *segment_value_columns(requests_df),
+            "new_slots",
+            "slot_tokens",
+            F.posexplode("slot_keys").alias("pos", "key"),
+        )
+        .where(~F.element_at("new_slots", pos))
+        .select(
+            *_REQUEST,
+            *segment_value_columns(requests_df),
+            pos.alias("pos"),
+            "key",
+            tokens.alias("tokens"),
+        )
+    )
+
+
+def _per_request_key(repeats_df: DataFrame, ks_sorted: Sequence[int]) -> DataFrame:
+    """Per (request, key) with a repeated slot: its repeats and their tokens within each k,
+    and `from_k`, the smallest k of `ks_sorted` holding its first repeat (the request is one
+    the key crowds from that k on). Grouped on `request_key` too, by which the rows are
+    partitioned: no shuffle."""
+    first = F.min("pos")
+    from_k = F.when(first <= ks_sorted[0], F.lit(ks_sorted[0]))
+    for k in ks_sorted[1:]:
+        from_k = from_k.when(first <= k, F.lit(k))
+    return repeats_df.groupBy(*_REQUEST, *segment_value_columns(repeats_df), "key").agg(
+        from_k.alias("from_k"),
+        *[F.count(F.when(F.col("pos") <= k, True)).alias(f"slots_{k}") for k in ks_sorted],
+        *[
+            F.sum(F.when(F.col("pos") <= k, F.col("tokens"))).alias(f"tokens_{k}")
+            for k in ks_sorted
+        ],
+    )
+
+
+def _smallest(values: Column) -> Column:
+    """The `EXAMPLES` smallest of a group's values, ascending."""
+    return F.slice(F.array_sort(F.collect_list(values)), 1, EXAMPLES)
 
 
 def _named(candidates_df: DataFrame, keys_df: DataFrame) -> DataFrame:
@@ -178,31 +209,4 @@ def _named(candidates_df: DataFrame, keys_df: DataFrame) -> DataFrame:
             F.col("key.missing_chunk"),
         ).alias("chunk_id"),
         F.when(is_cluster, F.col("members")).otherwise(F.lit(1)).cast("long").alias("cluster_size"),
-    )
-
-
-def _examples(
-    repeats: DataFrame, top: DataFrame, segment_by: Sequence[str], ks: Sequence[int]
-) -> DataFrame:
-    """(group, key, example_request_ids): the `EXAMPLES` smallest request ids where the key has
-    at least two entries in the top-k (each such request has one `first` repeat of it), for
-    the listed keys only: their days' first repeats are picked out by a broadcast of the few
-    (day, key) pairs listed, and cut to the smallest per (day, segment values, key, k they
-    start from) before they are spread over the segment rows and ks."""
-    listed = top.select("metric_date", "key").distinct()
-    firsts = repeats.where(F.col("first")).join(
-        F.broadcast(listed), on=["metric_date", "key"], how="left_semi"
-    )
-    part = ["metric_date", *segment_value_columns(repeats), "key", "from_k"]
-    ks_sorted = sorted(set(ks))
-    smallest = firsts.withColumn(
-        "nth", F.row_number().over(Window.partitionBy(*part).orderBy("request_id"))
-    ).where(F.col("nth") <= EXAMPLES)
-    spread = smallest.transform(with_segments, segment_by).transform(_every_k_from, ks_sorted)
-    nth = F.row_number().over(Window.partitionBy(*_GROUP, "key").orderBy("request_id"))
-    return (
-        spread.select(*_GROUP, "key", "request_id", nth.alias("nth"))
-        .where(F.col("nth") <= EXAMPLES)
-        .groupBy(*_GROUP, "key")
-        .agg(F.sort_array(F.collect_list("request_id")).alias("example_request_ids"))
     )

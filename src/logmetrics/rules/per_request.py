@@ -209,7 +209,9 @@ def with_cluster_keys(
 COUNTS = ("results", "missing_cluster_results", "non_positive_ranks")
 
 
-def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int], repeats: bool = False) -> DataFrame:
+def to_requests(
+    keyed_entries_df: DataFrame, ks: Sequence[int], slot_keys: bool = False
+) -> DataFrame:
     """One row per (metric_date, request_id, is_malformed) with every metric of the request
     (one copy of it: see `filter_first_copies`), and its `request_key`, which the rows are
     still partitioned by: a later group-by on it needs no shuffle.
@@ -220,8 +222,8 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int], repeats: bool = 
       in the list; every k's unique_clusters is the count of new slots among the first k
       (`windows`), and the k-sweep and the redundancy cost are sums of the same flags.
     - `slot_tokens` holds each of those slots' `tokens` (null where the results have none).
-    - With `repeats`, a `repeats` column lists the slots that repeat a key above them, with
-      the key (`first_repeats`; null when none): what `rules.crowding` ranks the keys by.
+    - With `slot_keys`, the top slots' keys are kept (`slot_keys`, aligned with `new_slots`):
+      what `rules.crowding` counts the repeated slots of each key from.
     - Malformed rows group on their own and only carry `malformed_rows`.
 
     Only built-in aggregates and array functions. What the lists collect is computed in a
@@ -278,14 +280,6 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int], repeats: bool = 
         )
         .select("*", new_slots(F.col("slot_keys")).alias("new_slots"))
         .select(
-            "*",
-            *(
-                [repeated_slots(F.col("slot_keys"), F.col("new_slots")).alias("repeats")]
-                if repeats
-                else []
-            ),
-        )
-        .select(
             *REQUEST_KEY,
             "served_at",
             "copies",
@@ -295,13 +289,7 @@ def to_requests(keyed_entries_df: DataFrame, ks: Sequence[int], repeats: bool = 
             windows(F.col("new_slots"), ks).alias("windows"),
             "new_slots",
             "slot_tokens",
-            # Null when empty, before anything else is made of the list: a CASE WHEN would
-            # evaluate the (interpreted) function twice.
-            *(
-                [first_repeats(_null_if_empty(F.col("repeats"))).alias("repeats")]
-                if repeats
-                else []
-            ),
+            *(["slot_keys"] if slot_keys else []),
             *[
                 (
                     F.sort_array(_null_if_empty(F.col(c)))
@@ -328,27 +316,6 @@ def new_slots(keys: Column) -> Column:
     return F.transform(keys, lambda key, i: F.array_position(keys, key) == i + 1)
 
 
-def repeated_slots(keys: Column, new_slots: Column) -> Column:
-    """array<struct<pos, key>>: the slots (pos from 1) whose key already appeared above them,
-    in slot order: what `rules.crowding` counts, per key, as redundant slots."""
-    slots = F.transform(keys, lambda key, i: F.struct((i + 1).alias("pos"), key.alias("key")))
-    return F.filter(slots, lambda _, i: ~F.element_at(new_slots, i + 1))
-
-
-def first_repeats(repeats: Column) -> Column:
-    """`repeated_slots` with `first`: whether the slot is its key's first repeat in the list
-    (the request is one the key crowds from that slot's k on)."""
-    keys = repeats.getField("key")
-    return F.transform(
-        repeats,
-        lambda slot, i: F.struct(
-            slot["pos"].alias("pos"),
-            slot["key"].alias("key"),
-            (F.array_position(keys, slot["key"]) == i + 1).alias("first"),
-        ),
-    )
-
-
 def unique_clusters_at(new_slots: Column, k: int) -> Column:
     """Distinct cluster keys among the first k: the new slots among them (a shorter list
     counts what is there)."""
@@ -372,10 +339,10 @@ def requests_by_key(
     salt: int = 0,
     broadcast: bool = True,
     segment_by: Sequence[str] = (),
-    repeats: bool = False,
+    slot_keys: bool = False,
 ) -> DataFrame:
     """Served-log rows + `cluster_keys(clusters)` -> `to_requests` rows (the one pass); with
-    `repeats`, their repeated slots too (for `rules.crowding`)."""
+    `slot_keys`, their top slots' keys too (for `rules.crowding`)."""
     return (
         logs_df.transform(with_row_status)
         .transform(with_segment_values, segment_by)
@@ -383,7 +350,7 @@ def requests_by_key(
         .transform(filter_first_copies)
         .transform(explode_entries)
         .transform(with_cluster_keys, keys_df, salt, broadcast)
-        .transform(to_requests, ks, repeats)
+        .transform(to_requests, ks, slot_keys)
     )
 
 
