@@ -37,6 +37,7 @@ LONGEST_FIRST = (
     "test_wheel.py",  # make test-compat: a Spark 4.0 venv
     "test_hive_metastore.py",  # make test-compat: four JVMs one after another
     "test_orchestration.py",  # 656 s
+    "test_readme.py",  # the demo and the README's commands, each a process
     "test_end_to_end.py",  # 440 s
     "test_living_inputs.py",  # 361 s
     "test_hostile.py",  # 126 s

@@ -1,0 +1,106 @@
+"""The README as a stranger uses it: `logmetrics demo` in a directory holding only the shipped
+config, its output read as a person reads it, then every command of the README's Commands
+block, as written, against that demo's data and warehouse. Real processes (the terminal is
+what is tested), with the suite's Spark settings layered over the shipped config through
+$LOGMETRICS_CONFIG, which the commands read as they do without --config."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+import yaml
+
+from suite_session import TEST_CONF
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+MOST_LINES = 60
+
+
+class Demo(NamedTuple):
+    root: Path
+    env: dict[str, str]
+    done: subprocess.CompletedProcess[str]
+
+
+def _logmetrics(
+    argv: list[str], root: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "logmetrics.cli", *argv],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+
+
+def _commands() -> list[tuple[list[str], int]]:
+    """The Commands block's lines as the shell splits them (comments dropped), each with the
+    exit status its comment names (`exit N:`), else 0."""
+    block = README.split("## Commands\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = []
+    for line in block.splitlines():
+        status = re.search(r"#.*\bexit (\d):", line)
+        commands.append((shlex.split(line, comments=True), int(status.group(1)) if status else 0))
+    return commands
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    root = tmp_path_factory.mktemp("stranger")
+    (root / "conf").mkdir()
+    shutil.copy(REPO / "conf" / "local.yaml", root / "conf" / "local.yaml")
+    suite = root / "suite.yaml"  # the suite's Spark settings: plain Spark, few partitions
+    spark = {"master": "local[2]", "driver_memory": "2g", "accelerator": "none", "conf": TEST_CONF}
+    suite.write_text(yaml.safe_dump({"spark": spark}))
+    env = {**os.environ, "LOGMETRICS_CONFIG": f"conf/local.yaml{os.pathsep}{suite}"}
+    return Demo(root, env, _logmetrics(["demo"], root, env))
+
+
+def test_the_demo_says_each_thing_once(demo: Demo) -> None:
+    """The demo's terminal: under 60 lines, each alert once (it was printed three times), the
+    README's worked example among them as it stands there (the three planted culprits with
+    their cost), the failing warning check once, a line per chunk plus progress lines, and a
+    closing line with the run's wall time."""
+    assert demo.done.returncode == 0, demo.done.stderr[-3000:]
+    lines = (demo.done.stdout + demo.done.stderr).splitlines()
+    assert len(lines) < MOST_LINES, "\n".join(lines)
+    alerts = [line for line in lines if line.startswith(("ALERT ", "IMPROVEMENT "))]
+    assert len(alerts) == len(set(alerts)) >= 1
+    example = README.split("The demo\nprints, among others:\n\n```\n", 1)[1].split("```", 1)[0]
+    start = lines.index(example.splitlines()[0])
+    assert lines[start : start + 6] == example.splitlines()
+    assert sum("unique_cluster_chunk_ids failed on 30 of 30 days" in line for line in lines) == 1
+    assert (
+        sum(line.startswith("2026-10-01..2026-10-30: 30 day(s) published") for line in lines) == 1
+    )
+    progress = [line for line in lines if line.startswith("  2026-10-01..2026-10-30: ")]
+    assert len(progress) <= 12
+    assert lines[-1].startswith("done in ") and "30 day(s) published; 7 alert(s)" in lines[-1]
+    assert "report: reports/demo/index.html" in lines
+
+
+def test_the_readme_commands_run_as_written(demo: Demo) -> None:
+    """Each command of the block, in its order, exits as its comment says (0 unless `exit N:`):
+    the commands the README shows work on the demo's warehouse as they are written there."""
+    commands = _commands()
+    assert len(commands) >= 8 and all(argv[0] == "logmetrics" for argv, _ in commands)
+    assert [status for _, status in commands].count(4) == 1  # the --fail-on-alert line
+    for argv, status in commands:
+        done = _logmetrics(argv[1:], demo.root, demo.env)
+        assert done.returncode == status, (argv, done.stdout[-2000:], done.stderr[-2000:])
+    assert (demo.root / "reports" / "october" / "index.html").is_file()
+    assert (demo.root / "views.sql").is_file()
