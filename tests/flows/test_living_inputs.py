@@ -30,6 +30,8 @@ START = dt.date(2026, 3, 1)
 DAYS = 12
 KS = (5, 10)
 THRESHOLD = 4
+ALERT_MIN_QUERIES = 10
+ALERT_RULE = {"baseline": "trailing", "baseline_days": 7, "min_queries": ALERT_MIN_QUERIES}
 TABLES = (
     "unique_clusters_by_query",
     "unique_clusters_daily",
@@ -101,6 +103,8 @@ def _config(data: Path, warehouse: Path, *lines: str, logs: str = "served_logs")
         f"metrics: {{ks: {list(KS)}, threshold: {THRESHOLD}, segment_by: []}}",
         "backfill: {days_per_chunk: 31}",
         "quality: {max_malformed_rate: 0.1, max_missing_cluster_rate: 0.1, on_failure: warn}",
+        # 40 queries a day: judged against the week before, so a restated day's verdict moves.
+        f"alerts: {{baseline: trailing, baseline_days: 7, min_queries: {ALERT_MIN_QUERIES}}}",
         *lines,
     ]
     path.write_text("\n".join(text) + "\n")
@@ -211,28 +215,8 @@ def test_a_delta_log_table_skips_the_days_an_appended_commit_does_not_touch(
         assert {d: r for d, r in after[name].items() if d != day(11)} == before[name], name
 
 
-def test_late_rows_restate_their_day_and_only_it(
-    spark: SparkSession,
-    generated: Path,
-    ten_days: Path,
-    tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    data, warehouse, config = _from_ten_days(ten_days, tmp_path)  # days 1-10 backfilled
-    for n in (11, 12):  # the days the nightly runs below are for
-        shutil.copytree(_partition(generated, day(n)), _partition(data, day(n)))
-
-    _late_rows(data, day(7), served_on=day(8), into=day(8), name="late8")
-    with caplog.at_level("INFO", logger="logmetrics"):
-        assert main(_argv("run", config, day(11))) == 0
-    assert _finished(spark, warehouse) == [
-        (day(8), "published", "inputs_changed"),
-        (day(11), "published", "new"),
-    ]
-    assert f"restating {day(8)}: inputs changed" in caplog.text
-    daily = _table(spark, warehouse, "unique_clusters_daily").where(
-        F.col("metric_date") == F.lit(day(8))
-    )
+def _published_daily(spark: SparkSession, warehouse: Path, date: dt.date) -> list[dict[str, Any]]:
+    """The day's published unique_clusters_daily rows, as `reference.daily` gives them."""
     drop = {"run_id", "computed_at", "cluster_table_version", "dq_passed", "rows_read"}
     drop |= {
         "duplicate_rows",
@@ -241,23 +225,98 @@ def test_late_rows_restate_their_day_and_only_it(
         "segment",
         "segment_value",
     }
-    got = sorted(
+    daily = _table(spark, warehouse, "unique_clusters_daily").where(
+        F.col("metric_date") == F.lit(date)
+    )
+    return sorted(
         ({k: v for k, v in r.asDict().items() if k not in drop} for r in daily.collect()),
         key=lambda r: r["k"],
     )
-    expected = reference.daily(
-        _source_rows(data), _cluster_rows(data), KS, THRESHOLD, day(8), day(8)
+
+
+def _expected_daily(data: Path, date: dt.date) -> list[dict[str, Any]]:
+    """`reference.daily` of the day over every row of the logs, wherever its file lies."""
+    return reference.daily(_source_rows(data), _cluster_rows(data), KS, THRESHOLD, date, date)
+
+
+def _last_run_id(spark: SparkSession, warehouse: Path) -> str:
+    runs = _table(spark, warehouse, "job_runs").orderBy(F.desc("started_at"), F.desc("run_id"))
+    first = runs.first()
+    assert first is not None
+    return str(first.run_id)
+
+
+def _check_alerts(spark: SparkSession, warehouse: Path, date: dt.date, run_id: str) -> None:
+    """The day's unique_clusters_alerts rows were written by `run_id` and equal the rule
+    (`reference.alerts`) over the daily rows as now published."""
+    daily = [
+        {**r.asDict(), "histogram": list(r.histogram)}
+        for r in _table(spark, warehouse, "unique_clusters_daily").collect()
+    ]
+    expected = reference.alerts(daily, [date], **ALERT_RULE)
+    alerts = _table(spark, warehouse, "unique_clusters_alerts").where(
+        F.col("metric_date") == F.lit(date)
     )
-    assert got == expected
-    assert got[0]["queries"] == expected[0]["queries"] > 40  # the late requests are counted
+    got = sorted(
+        (r.asDict() for r in alerts.collect()),
+        key=lambda r: (r["k"], r["segment"], r["segment_value"], r["statistic"]),
+    )
+    assert {r["run_id"] for r in got} == {run_id}
+    assert len(got) == len(expected) == 2 * len(KS)
+    assert {r["status"] for r in got} <= {"ok", "alert", "improvement"}  # judged, not skipped
+    for row, want in zip(got, expected, strict=True):
+        mismatched = {
+            c: (row[c], v)
+            for c, v in want.items()
+            if not (
+                row[c] == pytest.approx(v, rel=1e-12, abs=1e-15)
+                if isinstance(v, float)
+                else row[c] == v
+            )
+        }
+        assert mismatched == {}, want
+
+
+def test_late_rows_restate_their_day_and_only_it(
+    spark: SparkSession,
+    generated: Path,
+    ten_days: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Late rows restate their day: its numbers are those of all its rows (a restatement that
+    read only the day's partition, or kept the published numbers, fails), and its alerts are
+    judged again from them (a run that judged the day on its previously published row, or
+    left its old alert rows, fails)."""
+    data, warehouse, config = _from_ten_days(ten_days, tmp_path)  # days 1-10 backfilled
+    for n in (11, 12):  # the days the nightly runs below are for
+        shutil.copytree(_partition(generated, day(n)), _partition(data, day(n)))
+
+    before = _published_daily(spark, warehouse, day(8))
+    _late_rows(data, day(7), served_on=day(8), into=day(8), name="late8")
+    with caplog.at_level("INFO", logger="logmetrics"):
+        assert main(_argv("run", config, day(11))) == 0
+    assert _finished(spark, warehouse) == [
+        (day(8), "published", "inputs_changed"),
+        (day(11), "published", "new"),
+    ]
+    assert f"restating {day(8)}: inputs changed" in caplog.text
+    got = _published_daily(spark, warehouse, day(8))
+    assert got == _expected_daily(data, day(8))
+    assert got[0]["queries"] == before[0]["queries"] + 10  # the late requests are counted
+    _check_alerts(spark, warehouse, day(8), _last_run_id(spark, warehouse))
 
     # An arrival-time layout: rows of day 9 in a file of day 10's partition.
+    before = _published_daily(spark, warehouse, day(9))
     _late_rows(data, day(9), served_on=day(9), into=day(10), name="late9")
     assert main(_argv("run", config, day(12))) == 0
     assert _finished(spark, warehouse) == [
         (day(9), "published", "inputs_changed"),
         (day(12), "published", "new"),
     ]
+    got = _published_daily(spark, warehouse, day(9))
+    assert got == _expected_daily(data, day(9))
+    assert got[0]["queries"] == before[0]["queries"] + 10  # counted on their day, not day 10
 
 
 def test_a_day_without_its_ready_marker_is_not_published_until_it_has_one(
