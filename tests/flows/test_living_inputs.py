@@ -319,6 +319,45 @@ def test_late_rows_restate_their_day_and_only_it(
     assert got[0]["queries"] == before[0]["queries"] + 10  # counted on their day, not day 10
 
 
+def test_a_backfill_restates_the_changed_days_of_its_range(
+    spark: SparkSession, ten_days: Path, tmp_path: Path
+) -> None:
+    """`backfill` over a published range computes again exactly the days whose logs changed
+    (`inputs_changed`), then, after the cluster table changed, every day of its range and no
+    other (`clusters_changed`); the restated days equal the reference over the new inputs, the
+    others keep their rows. A backfill that skipped published days, restated the whole range
+    for one day's late file, or went on reading the old cluster table fails."""
+    data, warehouse, config = _from_ten_days(ten_days, tmp_path)  # days 1-10 backfilled
+    _late_rows(data, day(3), served_on=day(4), into=day(4), name="late4")
+    assert main(_argv("backfill", config, day(1), day(10))) == 0
+    assert _finished(spark, warehouse) == [(day(4), "published", "inputs_changed")]
+    assert _published_daily(spark, warehouse, day(4)) == _expected_daily(data, day(4))
+
+    # The detector's new version: half of the chunks move to one cluster.
+    restated = [day(3), day(4), day(5)]
+    before = _by_day(spark, warehouse)
+    old = {d: _published_daily(spark, warehouse, d) for d in restated}
+    clusters = ds.dataset(data / "clusters_parquet", format="parquet").to_table()
+    ids = clusters.column("cluster_id")
+    merged = ["merged" if i < len(ids) // 2 else c for i, c in enumerate(ids.to_pylist())]
+    clusters = clusters.set_column(
+        clusters.schema.get_field_index("cluster_id"), "cluster_id", pa.array(merged, ids.type)
+    )
+    shutil.rmtree(data / "clusters_parquet")
+    (data / "clusters_parquet").mkdir()
+    pq.write_table(clusters, data / "clusters_parquet" / "part-0.parquet")
+    assert main(_argv("backfill", config, day(3), day(5))) == 0
+    assert _finished(spark, warehouse) == [(d, "published", "clusters_changed") for d in restated]
+    for d in restated:
+        published = _published_daily(spark, warehouse, d)
+        assert published == _expected_daily(data, d), d
+        assert published != old[d], d  # the new cluster table changed the numbers
+    after = _by_day(spark, warehouse)
+    for name in TABLES:
+        kept_before = {d: r for d, r in before[name].items() if d not in restated}
+        assert {d: r for d, r in after[name].items() if d not in restated} == kept_before, name
+
+
 def test_a_day_without_its_ready_marker_is_not_published_until_it_has_one(
     spark: SparkSession, generated: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
