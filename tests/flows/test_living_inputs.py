@@ -391,26 +391,35 @@ def test_a_day_without_its_ready_marker_is_not_published_until_it_has_one(
 def test_a_spark_error_leaves_failed_rows_and_the_next_run_computes_those_days(
     spark: SparkSession, generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Two chunks of one day, the second failing in Spark: the first chunk's day stays
+    `published`, with its numbers; only the second's gets `failed`, with the error's line, and
+    the next run computes that day alone. A run that marked every day of the run failed, or
+    lost the first chunk's writes, fails."""
     data = _copy(generated, tmp_path, 2)
     warehouse = tmp_path / "wh"
     config = _config(data, warehouse)
     real = chunk_flow.Chunk.compute
 
     def failing(chunk: chunk_flow.Chunk, *args: Any) -> Any:
-        chunk.spark.sql("SELECT raise_error('planted failure in the main pass')").collect()
+        if chunk.dates == [day(2)]:
+            chunk.spark.sql("SELECT raise_error('planted failure in the main pass')").collect()
         return real(chunk, *args)
 
     monkeypatch.setattr(chunk_flow.Chunk, "compute", failing)
-    assert main(_argv("backfill", config, day(1), day(2))) == 1
-    runs = _table(spark, warehouse, "job_runs").where(F.col("status") == "failed").collect()
-    assert sorted(r.metric_date for r in runs) == [day(1), day(2)]
-    assert all("planted failure in the main pass" in r.error and "\n" not in r.error for r in runs)
-    monkeypatch.setattr(chunk_flow.Chunk, "compute", real)
-    assert main(_argv("backfill", config, day(1), day(2))) == 0
+    one_day_chunks = ("--set", "backfill.days_per_chunk=1")
+    assert main(_argv("backfill", config, day(1), day(2), extra=one_day_chunks)) == 1
     assert _finished(spark, warehouse) == [
         (day(1), "published", "new"),
-        (day(2), "published", "new"),
+        (day(2), "failed", "new"),
     ]
+    (failed,) = _table(spark, warehouse, "job_runs").where(F.col("status") == "failed").collect()
+    assert "planted failure in the main pass" in failed.error and "\n" not in failed.error
+    assert _published_daily(spark, warehouse, day(1)) == _expected_daily(data, day(1))
+    assert _published_daily(spark, warehouse, day(2)) == []
+    monkeypatch.setattr(chunk_flow.Chunk, "compute", real)
+    assert main(_argv("backfill", config, day(1), day(2))) == 0
+    assert _finished(spark, warehouse) == [(day(2), "published", "new")]
+    assert _published_daily(spark, warehouse, day(2)) == _expected_daily(data, day(2))
 
 
 STATE = DayInputs(logs="L", files=1, clusters="v1")
