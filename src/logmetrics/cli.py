@@ -522,7 +522,10 @@ def _compute(
         log.warning("quality check failed (published with dq_passed = false): %s", line)
     not_ready = {d: p for d, p in not_ready.items() if d not in seen_only}
     if not_ready:
-        raise InputNotReady(_not_ready_line(not_ready, "the other days were computed"))
+        them = "it" if len(not_ready) == 1 else "them"
+        raise InputNotReady(
+            _not_ready_line(not_ready, f"nothing was computed for {them}, only for the ready days")
+        )
     return 0
 
 

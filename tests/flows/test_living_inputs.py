@@ -377,7 +377,15 @@ def test_a_day_without_its_ready_marker_is_not_published_until_it_has_one(
     assert main(_argv("run", config, day(3))) == 5
     assert not (warehouse / "unique_clusters_daily").exists()
 
+    capsys.readouterr()
     assert main(_argv("backfill", config, day(1), day(3))) == 5  # the ready days are computed
+    errors = [
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("logmetrics:")
+    ]
+    assert errors == [
+        f"logmetrics: error: input not ready: {day(3)}: no {_partition(data, day(3)) / '_SUCCESS'}"
+        "; nothing was computed for it, only for the ready days"
+    ]
     assert _finished(spark, warehouse) == [
         (day(1), "published", "new"),
         (day(2), "published", "new"),
