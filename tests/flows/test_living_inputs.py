@@ -177,18 +177,27 @@ def _late_rows(data: Path, source: dt.date, served_on: dt.date, into: dt.date, n
     pq.write_table(rows, _partition(data, into) / f"{name}.parquet")
 
 
-def test_a_backfill_after_a_new_day_landed_computes_only_that_day(
+def test_a_backfill_computes_a_new_day_and_restates_a_changed_one_only(
     spark: SparkSession, generated: Path, ten_days: Path, tmp_path: Path
 ) -> None:
+    """Over a published range, a backfill computes the day that landed (`new`) and restates
+    the day a late file changed (`inputs_changed`), to the reference's numbers over all its
+    rows; every other day keeps its rows. A backfill that skipped published days, restated the
+    whole range for one late file, or kept the changed day's old numbers fails."""
     data, warehouse, config = _from_ten_days(ten_days, tmp_path)  # days 1-10 backfilled
     before = _by_day(spark, warehouse)
     shutil.copytree(_partition(generated, day(11)), _partition(data, day(11)))
+    _late_rows(data, day(3), served_on=day(4), into=day(4), name="late4")
     assert main(_argv("backfill", config, day(1), day(11))) == 0
-    assert _finished(spark, warehouse) == [(day(11), "published", "new")]
+    assert _finished(spark, warehouse) == [
+        (day(4), "published", "inputs_changed"),
+        (day(11), "published", "new"),
+    ]
+    assert _published_daily(spark, warehouse, day(4)) == _expected_daily(data, day(4))
     after = _by_day(spark, warehouse)
     for name in TABLES:
-        kept = {d: rows for d, rows in after[name].items() if d != day(11)}
-        assert kept == before[name], name
+        kept = {d: rows for d, rows in after[name].items() if d not in {day(4), day(11)}}
+        assert kept == {d: rows for d, rows in before[name].items() if d != day(4)}, name
     assert main(_argv("backfill", config, day(1), day(11))) == 0  # nothing new: nothing done
     assert _table(spark, warehouse, "job_runs").select("run_id").distinct().count() == 2
 
@@ -319,20 +328,14 @@ def test_late_rows_restate_their_day_and_only_it(
     assert got[0]["queries"] == before[0]["queries"] + 10  # counted on their day, not day 10
 
 
-def test_a_backfill_restates_the_changed_days_of_its_range(
+def test_a_new_cluster_table_restates_every_day_of_a_backfills_range_and_no_other(
     spark: SparkSession, ten_days: Path, tmp_path: Path
 ) -> None:
-    """`backfill` over a published range computes again exactly the days whose logs changed
-    (`inputs_changed`), then, after the cluster table changed, every day of its range and no
-    other (`clusters_changed`); the restated days equal the reference over the new inputs, the
-    others keep their rows. A backfill that skipped published days, restated the whole range
-    for one day's late file, or went on reading the old cluster table fails."""
+    """After the cluster table changed, a backfill over part of a published range computes
+    every day of its range again (`clusters_changed`), to the reference's numbers under the
+    new table, and touches no other day. A backfill that went on reading the old cluster
+    table's state, or skipped the days as done, fails."""
     data, warehouse, config = _from_ten_days(ten_days, tmp_path)  # days 1-10 backfilled
-    _late_rows(data, day(3), served_on=day(4), into=day(4), name="late4")
-    assert main(_argv("backfill", config, day(1), day(10))) == 0
-    assert _finished(spark, warehouse) == [(day(4), "published", "inputs_changed")]
-    assert _published_daily(spark, warehouse, day(4)) == _expected_daily(data, day(4))
-
     # The detector's new version: half of the chunks move to one cluster.
     restated = [day(3), day(4), day(5)]
     before = _by_day(spark, warehouse)
