@@ -7,8 +7,10 @@ import datetime as dt
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -96,3 +98,66 @@ def test_backfill_in_a_fresh_process_then_a_missing_column(tmp_path: Path) -> No
     )
     assert not any("Traceback" in line or "\tat " in line for line in lines)
     assert "starting local Spark" not in bad.stderr  # a footer says it: no JVM started
+
+
+def _watched(*args: str, cwd: Path) -> tuple[int, str, set[str]]:
+    """The command in its own process, its descendants listed every 20 ms while it runs: its
+    exit status, its stderr, and the names of every descendant seen (a local Spark is a `java`
+    child of its `spark-submit` script, alive for seconds)."""
+    out, err = cwd / "cli.out", cwd / "cli.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "logmetrics.cli", *args],
+            cwd=cwd,
+            stdout=stdout,
+            stderr=stderr,
+        )
+    seen: set[str] = set()
+    watched = psutil.Process(process.pid)
+    deadline = time.monotonic() + 300
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            children = watched.children(recursive=True)
+        except psutil.Error:  # it has just ended
+            children = []
+        for child in children:
+            try:
+                seen.add(child.name())
+            except psutil.Error:  # it came and went between the listing and its name
+                continue
+        time.sleep(0.02)
+    status = process.wait(timeout=60)
+    return status, err.read_text(), seen
+
+
+def test_ready_and_a_run_for_a_day_not_ready_start_no_spark(tmp_path: Path) -> None:
+    """On a local path, `ready` (ready or not) and `run` for a day without its ready marker
+    answer from the file system alone: no `java` process appears under them, no Spark log is
+    written, nothing is published. A CLI that started Spark before looking (or to look) fails,
+    however fast the machine."""
+    generate(tmp_path / "data", START, days=2, queries_per_day=5, seed=5)
+    logs = tmp_path / "data" / "served_logs"
+    (logs / f"date={START}" / "_SUCCESS").touch()
+    second = START + dt.timedelta(days=1)
+    (tmp_path / "job.yaml").write_text(
+        "inputs:\n"
+        "  served_logs: {path: data/served_logs, ready_marker: _SUCCESS}\n"
+        "  clusters: {path: data/clusters_parquet, format: parquet}\n"
+        "output: {warehouse: wh}\n"
+        "spark: {master: 'local[1]', driver_memory: 1g}\n"
+    )
+    config = ("--config", "job.yaml")
+    ready = _watched("ready", *config, "--date", str(START), cwd=tmp_path)
+    not_ready = _watched("ready", *config, "--date", str(second), cwd=tmp_path)
+    run = _watched("run", *config, "--date", str(second), cwd=tmp_path)
+    assert [status for status, _, _ in (ready, not_ready, run)] == [0, 5, 5]
+    missing = f"input not ready: {second}: no data/served_logs/date={second}/_SUCCESS"
+    assert not_ready[1].splitlines()[-1] == (
+        f"logmetrics: error: {missing}; its logs have not all landed"
+    )
+    assert run[1].splitlines()[-1] == f"logmetrics: error: {missing}; nothing was computed"
+    for _, err, seen in (ready, not_ready, run):
+        assert not any("java" in name for name in seen), seen
+        assert "starting local Spark" not in err
+    assert not (tmp_path / "logs").exists()  # no JVM, so no logs/spark-<pid>.log
+    assert not (tmp_path / "wh").exists()

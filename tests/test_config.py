@@ -133,11 +133,73 @@ def test_yaml_is_loaded_safely(tmp_path: Path) -> None:
         load_config([evil])
 
 
-def test_fingerprint_changes_with_what_changes_numbers(config_file: Path) -> None:
-    base = load_config([config_file])
-    assert base.fingerprint() == load_config([config_file]).fingerprint()
-    assert base.fingerprint() != load_config([config_file], ["metrics.threshold=3"]).fingerprint()
-    assert base.fingerprint() == load_config([config_file], ["spark.master=local[1]"]).fingerprint()
+# What the config fingerprint holds (job_runs.config_fingerprint): a change to one of these keys
+# restates every day a run looks at (`config_changed`), since it can change what a day publishes...
+RESTATING = [
+    "inputs.served_logs.path=other-logs",
+    "inputs.served_logs.format=delta",
+    "inputs.served_logs.on_corrupt=quarantine",
+    "inputs.clusters.path=other-clusters",
+    "inputs.clusters.version=3",
+    "metrics.ks=[5, 10]",
+    "metrics.threshold=3",
+    "metrics.segment_by=[surface]",
+    "cost.tokens_per_slot=400",
+    "cost.usd_per_million_input_tokens=2.5",
+    "crowding.enabled=true",
+    "crowding.top_clusters=20",
+    "quality.enabled=false",
+    "quality.on_failure=warn",
+    "quality.max_malformed_rate=0.05",
+    "quality.max_missing_cluster_rate=0.2",
+    "quality.severity.volume=blocking",
+    "alerts.sigmas=4",
+    "alerts.baseline=trailing",
+    "alerts.min_queries=100",
+]
+# ...and these change none of it: when a day is ready, what the detector measured (shown beside
+# the numbers), where the output goes, how Spark runs, how days are chunked and looked back on.
+NOT_RESTATING: list[str | tuple[str, ...]] = [
+    "inputs.served_logs.ready_marker=_SUCCESS",
+    "inputs.calibration={path: calibration.csv, format: csv}",
+    "inputs.clusters.detector=minhash-0.8-2026-11",
+    "output.warehouse=elsewhere",
+    "spark.master=local[1]",
+    "spark.driver_memory=1g",
+    "backfill.days_per_chunk=7",
+    "backfill.broadcast_max_chunks=10",
+    "nightly.lookback_days=1",
+    ("evaluation.runs={bm25: {path: runs/bm25}}", "evaluation.judgments={path: qrels}"),
+]
+
+
+@pytest.mark.parametrize("override", RESTATING)
+def test_a_key_that_changes_what_a_day_publishes_changes_the_fingerprint(
+    config_file: Path, override: str
+) -> None:
+    """A change the fingerprint missed would leave published days as the old config made
+    them (a forgotten section, e.g. crowding's, fails here)."""
+    base = load_config([config_file]).fingerprint()
+    assert base == load_config([config_file]).fingerprint()
+    assert load_config([config_file], [override]).fingerprint() != base
+
+
+@pytest.mark.parametrize("override", NOT_RESTATING)
+def test_a_key_that_changes_no_number_keeps_the_fingerprint(
+    config_file: Path, override: str | tuple[str, ...]
+) -> None:
+    """Setting a ready marker or a calibration table must not restate every published day
+    (the fingerprint keeping them, as it once could, fails here)."""
+    base = load_config([config_file]).fingerprint()
+    overrides = [override] if isinstance(override, str) else list(override)
+    assert load_config([config_file], overrides).fingerprint() == base
+
+
+def test_every_config_section_is_placed_in_or_out_of_the_fingerprint() -> None:
+    """A new section makes its author say whether it changes what a day publishes."""
+    first = [line if isinstance(line, str) else line[0] for line in RESTATING + NOT_RESTATING]
+    listed = {override.split(".")[0] for override in first}
+    assert listed == set(Config.model_fields)
 
 
 @pytest.mark.parametrize(

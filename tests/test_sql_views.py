@@ -29,7 +29,9 @@ from logmetrics.tables.views import create_views, view_statements
 RUN_FIELDS = {"cluster_table_version", "run_id", "computed_at"}
 SQL = Path(__file__).resolve().parents[1] / "src" / "logmetrics" / "tables" / "sql"
 MONDAY = dt.date(2026, 11, 2)
-OLD_DAY = dt.date(2026, 8, 1)  # more than 90 days before the latest date, 2026-11-15
+LATEST = MONDAY + dt.timedelta(days=13)  # the newest published date, 2026-11-15
+# Days at the 90-day view's edge: 89 days before the newest date is in it, 90 and 91 are not.
+EDGE = {n: LATEST - dt.timedelta(days=n) for n in (89, 90, 91)}
 
 
 def _daily_row(
@@ -57,9 +59,10 @@ def _daily_row(
 
 @pytest.fixture(scope="module")
 def warehouse(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A path warehouse holding unique_clusters_daily: two full ISO weeks and an old day."""
+    """A path warehouse holding unique_clusters_daily: two full ISO weeks and three old days,
+    at the 90-day view's edge."""
     root = tmp_path_factory.mktemp("bi")
-    rows = [_daily_row(OLD_DAY, [0, 1, 0], 0)]
+    rows = [_daily_row(old, [0, 1, 0], 0) for old in EDGE.values()]
     for i in range(7):  # week 1: 0, 1, 2, 2 clusters; 1 missing of 8 results, every day
         rows.append(_daily_row(MONDAY + dt.timedelta(days=i), [1, 1, 2], 1))
     for i in range(7, 14):  # week 2: 1, 1, 2, 2 clusters; nothing missing
@@ -118,10 +121,11 @@ def test_weekly_figures_and_week_over_week_change(spark: SparkSession, schema: s
 
 
 def test_latest_90_days_counts_back_from_the_newest_date(spark: SparkSession, schema: str) -> None:
+    """The newest date and the 89 before it: a view that kept 91 days (`>=`) or 89 fails."""
     view = spark.table(f"{schema}.unique_clusters_latest_90_days")
     dates = {r.metric_date for r in view.select("metric_date").distinct().collect()}
-    assert dates == {MONDAY + dt.timedelta(days=i) for i in range(14)}
-    assert view.where("segment = 'all'").count() == 14
+    assert dates == {EDGE[89]} | {MONDAY + dt.timedelta(days=i) for i in range(14)}
+    assert view.where("segment = 'all'").count() == 15
     assert view.where("segment = 'surface'").count() == 1
 
 

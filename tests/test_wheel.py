@@ -4,8 +4,15 @@ The wheel is built and pip-installed, with pip's own dependency resolution and n
 into a venv that already holds pyspark 4.0 (a stand-in for Databricks 17.3 LTS, whose PySpark
 must match its JVM): the runtime's PySpark stays as it was. That venv's spark-submit, with the
 runtime's Delta (`--packages` and Delta's two session settings, as a cluster ships it, not the
-`local` extra), then runs the installed logmetrics' backfill, and every table it publishes
-equals the pure-Python reference. `make test-compat` runs this (`make test` skips it).
+`local` extra), then runs the installed logmetrics' backfill. Its tables, against the
+pure-Python reference over the same logs: unique_clusters_by_query, unique_clusters_daily,
+unique_clusters_k_sweep and redundancy_cost_daily equal it row for row; quarantine holds the
+rows it sets aside (day, reason, request id: none in these logs) and, per day, as many
+unusable entries; unique_clusters_alerts equals its rule over the published daily rows (two
+days of too few queries: the verdicts are fixed, the values are compared). Not compared:
+data_quality (no reference computes great-expectations' checks; tests/quality checks them on
+the suite's line), missing_cluster_chunks and the job_runs ledger. `make test-compat` runs
+this (`make test` skips it).
 """
 
 from __future__ import annotations
@@ -211,6 +218,8 @@ def _source(dataset: Path) -> tuple[list[dict[str, Any]], list[tuple]]:
         .to_table(columns=["request_id", "served_at", "results", "date"])
         .to_pylist()
     )
+    for row in rows:  # the date partition, as the job reads it: a date
+        row["date"] = dt.date.fromisoformat(str(row["date"]))
     clusters = [
         (r["chunk_id"], r["cluster_id"])
         for r in ds.dataset(dataset / "clusters_parquet", format="parquet").to_table().to_pylist()
@@ -251,3 +260,75 @@ def test_the_tables_equal_the_reference(
     cost = _rows(spark, warehouse, "redundancy_cost_daily", ["metric_date", "k"], drop | prices)
     every_k = range(1, max(KS) + 1)
     assert cost == reference.redundancy_cost(rows, clusters, every_k, 510, 3.0, START, END)
+
+    # Quarantine: each row no metric can use, by its first missing field, on its served_at's
+    # day or its partition's; then, per day, the unusable entries of the requests it kept.
+    set_aside, entries = _expected_quarantine(rows)
+    quarantine = spark.read.format("delta").load(str(warehouse / "quarantine")).collect()
+    row_reasons = {"null_request_id", "null_served_at", "null_results"}
+    assert sorted(
+        (r.metric_date, r.reason, r.request_id) for r in quarantine if r.reason in row_reasons
+    ) == sorted(set_aside)
+    per_day: dict[dt.date, int] = {}
+    for r in quarantine:
+        if r.reason not in row_reasons:
+            per_day[r.metric_date] = per_day.get(r.metric_date, 0) + 1
+    assert per_day == entries
+    assert set(entries) == set(reference.dates_between(START, END))  # some on every day
+
+    # Alerts: the rule over the daily rows as published (two days: no baseline yet).
+    published = [
+        {**r, "histogram": list(r["histogram"])}
+        for r in _rows(spark, warehouse, "unique_clusters_daily", ["metric_date", "k"], set())
+    ]
+    expected = reference.alerts(published, reference.dates_between(START, END))
+    alerts = _rows(
+        spark,
+        warehouse,
+        "unique_clusters_alerts",
+        ["metric_date", "k", "segment", "segment_value", "statistic"],
+        {"run_id", "computed_at"},
+    )
+    assert len(alerts) == len(expected) == DAYS * len(KS) * 2
+    for got, want in zip(alerts, expected, strict=True):
+        mismatched = {
+            c: (got[c], v)
+            for c, v in want.items()
+            if not (
+                got[c] == pytest.approx(v, rel=1e-12, abs=1e-15)
+                if isinstance(v, float)
+                else got[c] == v
+            )
+        }
+        assert mismatched == {}, want
+
+
+def _expected_quarantine(
+    rows: list[dict[str, Any]],
+) -> tuple[list[tuple[dt.date, str, str | None]], dict[dt.date, int]]:
+    """From the raw rows of START..END: (day, reason, request id) of each row set aside, and per
+    day the entries of its kept requests that are null or have a null rank or chunk id."""
+    set_aside: list[tuple[dt.date, str, str | None]] = []
+    entries: dict[dt.date, int] = {}
+    kept: set[tuple[dt.date, str]] = set()
+    served = sorted(rows, key=lambda r: (r["served_at"] is None, r["served_at"] or 0))
+    for row in served:
+        day = reference.utc_date(row["served_at"]) if row["served_at"] else row["date"]
+        if not START <= day <= END:
+            continue
+        reason = next(
+            (
+                f"null_{field}"
+                for field in ("request_id", "served_at", "results")
+                if row[field] is None
+            ),
+            None,
+        )
+        if reason is not None:
+            set_aside.append((day, reason, row["request_id"]))
+        elif (day, row["request_id"]) not in kept:  # the earliest copy is the request
+            kept.add((day, row["request_id"]))
+            bad = sum(1 for e in row["results"] if e is None or None in (e["rank"], e["chunk_id"]))
+            if bad:
+                entries[day] = entries.get(day, 0) + bad
+    return set_aside, entries

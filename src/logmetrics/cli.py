@@ -703,7 +703,10 @@ def _finish(
         raise QualityGateFailed(f"{len(failures)} day(s) failed a blocking quality check\n{held}")
     waiting = {d: p for d, p in not_ready.items() if d not in seen_only}
     if waiting:
-        raise InputNotReady(_not_ready_line(waiting, "the other days were computed"))
+        them = "it" if len(waiting) == 1 else "them"
+        raise InputNotReady(
+            _not_ready_line(waiting, f"nothing was computed for {them}, only for the ready days")
+        )
 
 
 def _closing_line(

@@ -145,12 +145,38 @@ def test_wheel_tasks_run_the_console_script_of_this_wheel(bundle: dict[str, Any]
     assert wheel_tasks == 4  # nightly run and alerts, backfill, maintain
 
 
-def test_spark_python_tasks_name_existing_job_scripts(bundle: dict[str, Any]) -> None:
-    for job_key, _, task in tasks(bundle):
-        python_file = task.get("spark_python_task", {}).get("python_file")
-        if python_file is not None:
-            path = (BUNDLE_DIR / python_file).resolve()
-            assert path.parent == REPO / "jobs" and path.is_file(), (job_key, python_file)
+# The bundle's tasks and the command each runs.
+COMMANDS = {
+    ("logmetrics_nightly", "run"): "run",
+    ("logmetrics_nightly", "alerts"): "alerts",
+    ("logmetrics_backfill", "backfill"): "backfill",
+    ("logmetrics_maintain", "maintain"): "maintain",
+}
+
+
+def test_every_task_is_the_wheels_entry_point_with_arguments_the_cli_parses(
+    bundle: dict[str, Any],
+) -> None:
+    """Every task is a python_wheel_task (no spark_python_task, whose script path nothing here
+    would check) of `logmetrics.cli:entry_point`, the function that turns a failing status into
+    SystemExit (`main` returns it, and the task would succeed); its parameters, resolved, are
+    one `logmetrics` command the real parser accepts. A task of another kind, an entry point
+    that returns its status, or a misspelt option fails."""
+    kinds = {
+        (job_key, task["task_key"]): tuple(sorted(k for k in task if k.endswith("_task")))
+        for job_key, _, task in tasks(bundle)
+    }
+    assert kinds == dict.fromkeys(COMMANDS, ("python_wheel_task",))
+    assert PYPROJECT["project"]["scripts"] == {"logmetrics": "logmetrics.cli:entry_point"}
+    for job_key, task_key in COMMANDS:
+        wheel = _task(bundle, job_key, task_key)["python_wheel_task"]
+        assert (wheel["package_name"], wheel["entry_point"]) == ("logmetrics", "logmetrics")
+        assert all(isinstance(value, str) for value in wheel["parameters"]), (job_key, task_key)
+    parser = logmetrics_parser()
+    for (job_key, task_key), command in COMMANDS.items():
+        parsed = parser.parse_args(_arguments(bundle, job_key, task_key))
+        assert parsed.command == command, (job_key, task_key)
+        assert parsed.config == [CONFIG], (job_key, task_key)
 
 
 def test_tasks_use_a_declared_job_cluster(bundle: dict[str, Any]) -> None:

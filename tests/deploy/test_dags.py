@@ -27,6 +27,7 @@ from airflow.providers.databricks.operators.databricks import (
 )
 from airflow.sdk import BaseSensorOperator, CronDataIntervalTimetable
 from airflow.sdk.api.datamodels._generated import DagRun, TIRunContext
+from airflow.sdk.bases import sensor as sensor_module
 from airflow.sdk.exceptions import (
     AirflowFailException,
     AirflowRescheduleException,
@@ -540,14 +541,16 @@ def test_sensor_fails_at_once_without_the_executable(
 def test_sensor_reschedules_after_the_poke_interval_param(
     dags: dict[str, Any], variables: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """The sensor's own reschedule request, on a clock held still: exactly the run's
+    `ready_poke_interval_seconds` on. The DAG's default interval, or a backoff, fails."""
     _fake_logmetrics(tmp_path, variables, 5)
     conf = {"ready_poke_interval_seconds": 7, "ready_timeout_seconds": 3600}
     task, context = render(nightly_ti(dags, "wait_for_logs", dt.date(2026, 3, 14), conf))
-    before = dt.datetime.now(UTC)
+    now = dt.datetime(2026, 3, 15, 2, 0, 30, tzinfo=UTC)
+    variables.setattr(sensor_module.timezone, "utcnow", lambda: now)
     with pytest.raises(AirflowRescheduleException) as rescheduled:
         task.execute(context)  # the first poke: no worker slot held until the next one
-    wait = rescheduled.value.reschedule_date - before
-    assert dt.timedelta(seconds=7) <= wait < dt.timedelta(seconds=17)
+    assert rescheduled.value.reschedule_date == now + dt.timedelta(seconds=7)
 
 
 def test_sensor_times_out_after_the_timeout_param(

@@ -12,6 +12,8 @@ The config expects a `_SUCCESS` marker in each day's partition, and every day bu
    its alerts task succeed;
 3. `logmetrics_nightly` for day 5, the regression: the run succeeds (the day is published), the
    alerts task exits 4 and fails the DAG run, once: it has no retries.
+Steps 1 and 2 are module fixtures (`baseline`, `quiet`, the second built on the first) that
+keep what their run left, so each test runs alone, or in any order, and sees the same.
 
 The config judges against a trailing baseline (the previous days) so that three days of history
 are enough; the rule is the same. The tables are read back with pyarrow from the Delta log.
@@ -182,68 +184,108 @@ def _days(rows: list[dict[str, Any]]) -> set[str]:
     return {str(row["metric_date"]) for row in rows}
 
 
-def test_backfill_dag_publishes_the_baseline(world: dict[str, Path]) -> None:
+@pytest.fixture(scope="module")
+def baseline(world: dict[str, Path]) -> dict[str, Any]:
+    """`logmetrics_backfill` over the first three days, run once: how the run ended and the
+    tables as it left them."""
     run = _dag("logmetrics_backfill").test(
         logical_date=None, run_conf={"start": str(DAYS[0]), "end": str(DAYS[2])}
     )
-    states = _states(run)
-    assert str(run.state) == "success", states
-    assert states["spark_submit"] == ("success", 1)
-    assert states["databricks"][0] == "skipped"
-    daily = read_delta(world["warehouse"] / "unique_clusters_daily")
-    assert _days(daily) == {str(d) for d in DAYS[:3]}
-    alerts = read_delta(world["warehouse"] / "unique_clusters_alerts")
-    # The first day has no baseline at all; then one and two days: fewer than 3.
-    assert {row["status"] for row in alerts} == {"insufficient_baseline"}
+    return {
+        "state": str(run.state),
+        "states": _states(run),
+        "daily": read_delta(world["warehouse"] / "unique_clusters_daily"),
+        "alerts": read_delta(world["warehouse"] / "unique_clusters_alerts"),
+    }
 
 
-def test_nightly_waits_for_the_ready_marker_then_publishes_a_quiet_day(
-    world: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
-) -> None:
-    """QUIET's marker is missing: each poke runs the real `logmetrics ready`, which exits 5, and
-    the sensor is rescheduled; after the second such poke the shipper writes the marker (from
-    inside the poke, so the count does not depend on timing); the third poke finds it."""
+@pytest.fixture(scope="module")
+def quiet(world: dict[str, Path], baseline: dict[str, Any]) -> dict[str, Any]:
+    """`logmetrics_nightly` for QUIET, whose marker is missing, on the baseline's warehouse:
+    each poke runs the real `logmetrics ready` (its output recorded), which exits 5, and the
+    sensor is rescheduled; after the second such poke the shipper writes the marker (from
+    inside the poke, so the count does not depend on timing); the third poke finds it. How
+    the run ended, what each poke saw and said, and the tables as it left them."""
     marker = _partition(world["data"], QUIET) / MARKER
     assert not marker.exists()
     dag = _dag("logmetrics_nightly")  # each parse defines the sensor's class anew: patch this one
     sensor_class = type(dag.get_task("wait_for_logs"))
-    real_poke = sensor_class.poke
+    real_poke, real_run = sensor_class.poke, subprocess.run
     pokes: list[tuple[bool, bool]] = []  # (marker there before the poke, poke said ready)
+    said: list[str] = []  # what `logmetrics ready` printed, poke by poke
+
+    def recorded_run(*args: Any, **kwargs: Any) -> Any:
+        done = real_run(*args, **kwargs)
+        said.append(done.stdout)
+        return done
 
     def poke(self: Any, context: Any) -> bool:
         had_marker = marker.exists()
-        ready = real_poke(self, context)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(subprocess, "run", recorded_run)
+            ready = real_poke(self, context)
         pokes.append((had_marker, ready))
         if len(pokes) == 2:
             marker.touch()
         return ready
 
-    monkeypatch.setattr(sensor_class, "poke", poke)
-    run = _nightly(QUIET, dag)
-    printed = "".join(capfd.readouterr())
-    assert f"input not ready: {QUIET}: no {marker}; its logs have not all landed" in printed
-    assert pokes == [(False, False), (False, False), (True, True)]
-    assert _reschedules(run, "wait_for_logs") == 2  # reschedule mode: no slot held meanwhile
-    states = _states(run)
-    assert str(run.state) == "success", states
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sensor_class, "poke", poke)
+        run = _nightly(QUIET, dag)
+    return {
+        "marker": marker,
+        "state": str(run.state),
+        "states": _states(run),
+        "reschedules": _reschedules(run, "wait_for_logs"),
+        "pokes": pokes,
+        "said": said,
+        "daily": read_delta(world["warehouse"] / "unique_clusters_daily"),
+        "alerts": read_delta(world["warehouse"] / "unique_clusters_alerts"),
+    }
+
+
+def test_backfill_dag_publishes_the_baseline(baseline: dict[str, Any]) -> None:
+    states = baseline["states"]
+    assert baseline["state"] == "success", states
+    assert states["spark_submit"] == ("success", 1)
+    assert states["databricks"][0] == "skipped"
+    assert _days(baseline["daily"]) == {str(d) for d in DAYS[:3]}
+    # The first day has no baseline at all; then one and two days: fewer than 3.
+    assert {row["status"] for row in baseline["alerts"]} == {"insufficient_baseline"}
+
+
+def test_nightly_waits_for_the_ready_marker_then_publishes_a_quiet_day(
+    quiet: dict[str, Any],
+) -> None:
+    """QUIET's marker appears after the second poke: two pokes said not ready (the real
+    `logmetrics ready`, exit 5, naming the marker), two reschedules, the third poke found it,
+    and the run and its alerts task succeeded."""
+    not_ready = f"input not ready: {QUIET}: no {quiet['marker']}; its logs have not all landed"
+    assert [said.splitlines()[-1] for said in quiet["said"][:2]] == [
+        f"logmetrics: error: {not_ready}"
+    ] * 2
+    assert quiet["pokes"] == [(False, False), (False, False), (True, True)]
+    assert quiet["reschedules"] == 2  # reschedule mode: no slot held meanwhile
+    states = quiet["states"]
+    assert quiet["state"] == "success", states
     assert states["wait_for_logs"] == ("success", 1)  # waiting is not a retry
     assert states["choose_runner"] == ("success", 1)
     assert states["spark_submit"] == ("success", 1)
     assert states["spark_submit_alerts"] == ("success", 1)
     assert states["databricks"][0] == states["databricks_alerts"][0] == "skipped"
-    daily = read_delta(world["warehouse"] / "unique_clusters_daily")
-    assert _days(daily) == {str(d) for d in DAYS[:4]}
-    quiet = [r for r in read_delta(world["warehouse"] / "unique_clusters_alerts")
-             if str(r["metric_date"]) == str(QUIET)]  # fmt: skip
-    assert {(r["statistic"], r["status"], r["baseline_days"]) for r in quiet} == {
+    assert _days(quiet["daily"]) == {str(d) for d in DAYS[:4]}
+    judged = [r for r in quiet["alerts"] if str(r["metric_date"]) == str(QUIET)]
+    assert {(r["statistic"], r["status"], r["baseline_days"]) for r in judged} == {
         ("mean", "ok", 3),
         ("share_at_or_below_threshold", "ok", 3),
     }
 
 
 def test_nightly_regression_fails_on_the_alerts_task_without_retry(
-    world: dict[str, Path], capfd: pytest.CaptureFixture[str]
+    world: dict[str, Path], quiet: dict[str, Any], capfd: pytest.CaptureFixture[str]
 ) -> None:
+    """`logmetrics_nightly` for the regression, on the four days the quiet run left."""
+    capfd.readouterr()
     run = _nightly(REGRESSED)
     printed = "".join(capfd.readouterr())  # the task logs, spark-submit's output among them
     # It failed for the alert: `logmetrics alerts` printed it and exited 4.

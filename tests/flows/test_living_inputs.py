@@ -30,6 +30,8 @@ START = dt.date(2026, 3, 1)
 DAYS = 12
 KS = (5, 10)
 THRESHOLD = 4
+ALERT_MIN_QUERIES = 10
+ALERT_RULE = {"baseline": "trailing", "baseline_days": 7, "min_queries": ALERT_MIN_QUERIES}
 TABLES = (
     "unique_clusters_by_query",
     "unique_clusters_daily",
@@ -101,6 +103,8 @@ def _config(data: Path, warehouse: Path, *lines: str, logs: str = "served_logs")
         f"metrics: {{ks: {list(KS)}, threshold: {THRESHOLD}, segment_by: []}}",
         "backfill: {days_per_chunk: 31}",
         "quality: {max_malformed_rate: 0.1, max_missing_cluster_rate: 0.1, on_failure: warn}",
+        # 40 queries a day: judged against the week before, so a restated day's verdict moves.
+        f"alerts: {{baseline: trailing, baseline_days: 7, min_queries: {ALERT_MIN_QUERIES}}}",
         *lines,
     ]
     path.write_text("\n".join(text) + "\n")
@@ -173,18 +177,27 @@ def _late_rows(data: Path, source: dt.date, served_on: dt.date, into: dt.date, n
     pq.write_table(rows, _partition(data, into) / f"{name}.parquet")
 
 
-def test_a_backfill_after_a_new_day_landed_computes_only_that_day(
+def test_a_backfill_computes_a_new_day_and_restates_a_changed_one_only(
     spark: SparkSession, generated: Path, ten_days: Path, tmp_path: Path
 ) -> None:
+    """Over a published range, a backfill computes the day that landed (`new`) and restates
+    the day a late file changed (`inputs_changed`), to the reference's numbers over all its
+    rows; every other day keeps its rows. A backfill that skipped published days, restated the
+    whole range for one late file, or kept the changed day's old numbers fails."""
     data, warehouse, config = _from_ten_days(ten_days, tmp_path)  # days 1-10 backfilled
     before = _by_day(spark, warehouse)
     shutil.copytree(_partition(generated, day(11)), _partition(data, day(11)))
+    _late_rows(data, day(3), served_on=day(4), into=day(4), name="late4")
     assert main(_argv("backfill", config, day(1), day(11))) == 0
-    assert _finished(spark, warehouse) == [(day(11), "published", "new")]
+    assert _finished(spark, warehouse) == [
+        (day(4), "published", "inputs_changed"),
+        (day(11), "published", "new"),
+    ]
+    assert _published_daily(spark, warehouse, day(4)) == _expected_daily(data, day(4))
     after = _by_day(spark, warehouse)
     for name in TABLES:
-        kept = {d: rows for d, rows in after[name].items() if d != day(11)}
-        assert kept == before[name], name
+        kept = {d: rows for d, rows in after[name].items() if d not in {day(4), day(11)}}
+        assert kept == {d: rows for d, rows in before[name].items() if d != day(4)}, name
     assert main(_argv("backfill", config, day(1), day(11))) == 0  # nothing new: nothing done
     assert _table(spark, warehouse, "job_runs").select("run_id").distinct().count() == 2
 
@@ -211,28 +224,8 @@ def test_a_delta_log_table_skips_the_days_an_appended_commit_does_not_touch(
         assert {d: r for d, r in after[name].items() if d != day(11)} == before[name], name
 
 
-def test_late_rows_restate_their_day_and_only_it(
-    spark: SparkSession,
-    generated: Path,
-    ten_days: Path,
-    tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    data, warehouse, config = _from_ten_days(ten_days, tmp_path)  # days 1-10 backfilled
-    for n in (11, 12):  # the days the nightly runs below are for
-        shutil.copytree(_partition(generated, day(n)), _partition(data, day(n)))
-
-    _late_rows(data, day(7), served_on=day(8), into=day(8), name="late8")
-    with caplog.at_level("INFO", logger="logmetrics"):
-        assert main(_argv("run", config, day(11))) == 0
-    assert _finished(spark, warehouse) == [
-        (day(8), "published", "inputs_changed"),
-        (day(11), "published", "new"),
-    ]
-    assert f"restating {day(8)}: inputs changed" in caplog.text
-    daily = _table(spark, warehouse, "unique_clusters_daily").where(
-        F.col("metric_date") == F.lit(day(8))
-    )
+def _published_daily(spark: SparkSession, warehouse: Path, date: dt.date) -> list[dict[str, Any]]:
+    """The day's published unique_clusters_daily rows, as `reference.daily` gives them."""
     drop = {"run_id", "computed_at", "cluster_table_version", "dq_passed", "rows_read"}
     drop |= {
         "duplicate_rows",
@@ -241,23 +234,131 @@ def test_late_rows_restate_their_day_and_only_it(
         "segment",
         "segment_value",
     }
-    got = sorted(
+    daily = _table(spark, warehouse, "unique_clusters_daily").where(
+        F.col("metric_date") == F.lit(date)
+    )
+    return sorted(
         ({k: v for k, v in r.asDict().items() if k not in drop} for r in daily.collect()),
         key=lambda r: r["k"],
     )
-    expected = reference.daily(
-        _source_rows(data), _cluster_rows(data), KS, THRESHOLD, day(8), day(8)
+
+
+def _expected_daily(data: Path, date: dt.date) -> list[dict[str, Any]]:
+    """`reference.daily` of the day over every row of the logs, wherever its file lies."""
+    return reference.daily(_source_rows(data), _cluster_rows(data), KS, THRESHOLD, date, date)
+
+
+def _last_run_id(spark: SparkSession, warehouse: Path) -> str:
+    runs = _table(spark, warehouse, "job_runs").orderBy(F.desc("started_at"), F.desc("run_id"))
+    first = runs.first()
+    assert first is not None
+    return str(first.run_id)
+
+
+def _check_alerts(spark: SparkSession, warehouse: Path, date: dt.date, run_id: str) -> None:
+    """The day's unique_clusters_alerts rows were written by `run_id` and equal the rule
+    (`reference.alerts`) over the daily rows as now published."""
+    daily = [
+        {**r.asDict(), "histogram": list(r.histogram)}
+        for r in _table(spark, warehouse, "unique_clusters_daily").collect()
+    ]
+    expected = reference.alerts(daily, [date], **ALERT_RULE)
+    alerts = _table(spark, warehouse, "unique_clusters_alerts").where(
+        F.col("metric_date") == F.lit(date)
     )
-    assert got == expected
-    assert got[0]["queries"] == expected[0]["queries"] > 40  # the late requests are counted
+    got = sorted(
+        (r.asDict() for r in alerts.collect()),
+        key=lambda r: (r["k"], r["segment"], r["segment_value"], r["statistic"]),
+    )
+    assert {r["run_id"] for r in got} == {run_id}
+    assert len(got) == len(expected) == 2 * len(KS)
+    assert {r["status"] for r in got} <= {"ok", "alert", "improvement"}  # judged, not skipped
+    for row, want in zip(got, expected, strict=True):
+        mismatched = {
+            c: (row[c], v)
+            for c, v in want.items()
+            if not (
+                row[c] == pytest.approx(v, rel=1e-12, abs=1e-15)
+                if isinstance(v, float)
+                else row[c] == v
+            )
+        }
+        assert mismatched == {}, want
+
+
+def test_late_rows_restate_their_day_and_only_it(
+    spark: SparkSession,
+    generated: Path,
+    ten_days: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Late rows restate their day: its numbers are those of all its rows (a restatement that
+    read only the day's partition, or kept the published numbers, fails), and its alerts are
+    judged again from them (a run that judged the day on its previously published row, or
+    left its old alert rows, fails)."""
+    data, warehouse, config = _from_ten_days(ten_days, tmp_path)  # days 1-10 backfilled
+    for n in (11, 12):  # the days the nightly runs below are for
+        shutil.copytree(_partition(generated, day(n)), _partition(data, day(n)))
+
+    before = _published_daily(spark, warehouse, day(8))
+    _late_rows(data, day(7), served_on=day(8), into=day(8), name="late8")
+    with caplog.at_level("INFO", logger="logmetrics"):
+        assert main(_argv("run", config, day(11))) == 0
+    assert _finished(spark, warehouse) == [
+        (day(8), "published", "inputs_changed"),
+        (day(11), "published", "new"),
+    ]
+    assert f"restating {day(8)}: inputs changed" in caplog.text
+    got = _published_daily(spark, warehouse, day(8))
+    assert got == _expected_daily(data, day(8))
+    assert got[0]["queries"] == before[0]["queries"] + 10  # the late requests are counted
+    _check_alerts(spark, warehouse, day(8), _last_run_id(spark, warehouse))
 
     # An arrival-time layout: rows of day 9 in a file of day 10's partition.
+    before = _published_daily(spark, warehouse, day(9))
     _late_rows(data, day(9), served_on=day(9), into=day(10), name="late9")
     assert main(_argv("run", config, day(12))) == 0
     assert _finished(spark, warehouse) == [
         (day(9), "published", "inputs_changed"),
         (day(12), "published", "new"),
     ]
+    got = _published_daily(spark, warehouse, day(9))
+    assert got == _expected_daily(data, day(9))
+    assert got[0]["queries"] == before[0]["queries"] + 10  # counted on their day, not day 10
+
+
+def test_a_new_cluster_table_restates_every_day_of_a_backfills_range_and_no_other(
+    spark: SparkSession, ten_days: Path, tmp_path: Path
+) -> None:
+    """After the cluster table changed, a backfill over part of a published range computes
+    every day of its range again (`clusters_changed`), to the reference's numbers under the
+    new table, and touches no other day. A backfill that went on reading the old cluster
+    table's state, or skipped the days as done, fails."""
+    data, warehouse, config = _from_ten_days(ten_days, tmp_path)  # days 1-10 backfilled
+    # The detector's new version: half of the chunks move to one cluster.
+    restated = [day(3), day(4), day(5)]
+    before = _by_day(spark, warehouse)
+    old = {d: _published_daily(spark, warehouse, d) for d in restated}
+    clusters = ds.dataset(data / "clusters_parquet", format="parquet").to_table()
+    ids = clusters.column("cluster_id")
+    merged = ["merged" if i < len(ids) // 2 else c for i, c in enumerate(ids.to_pylist())]
+    clusters = clusters.set_column(
+        clusters.schema.get_field_index("cluster_id"), "cluster_id", pa.array(merged, ids.type)
+    )
+    shutil.rmtree(data / "clusters_parquet")
+    (data / "clusters_parquet").mkdir()
+    pq.write_table(clusters, data / "clusters_parquet" / "part-0.parquet")
+    assert main(_argv("backfill", config, day(3), day(5))) == 0
+    assert _finished(spark, warehouse) == [(d, "published", "clusters_changed") for d in restated]
+    for d in restated:
+        published = _published_daily(spark, warehouse, d)
+        assert published == _expected_daily(data, d), d
+        assert published != old[d], d  # the new cluster table changed the numbers
+    after = _by_day(spark, warehouse)
+    for name in TABLES:
+        kept_before = {d: r for d, r in before[name].items() if d not in restated}
+        assert {d: r for d, r in after[name].items() if d not in restated} == kept_before, name
 
 
 def test_a_day_without_its_ready_marker_is_not_published_until_it_has_one(
@@ -279,7 +380,15 @@ def test_a_day_without_its_ready_marker_is_not_published_until_it_has_one(
     assert main(_argv("run", config, day(3))) == 5
     assert not (warehouse / "unique_clusters_daily").exists()
 
+    capsys.readouterr()
     assert main(_argv("backfill", config, day(1), day(3))) == 5  # the ready days are computed
+    errors = [
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("logmetrics:")
+    ]
+    assert errors == [
+        f"logmetrics: error: input not ready: {day(3)}: no {_partition(data, day(3)) / '_SUCCESS'}"
+        "; nothing was computed for it, only for the ready days"
+    ]
     assert _finished(spark, warehouse) == [
         (day(1), "published", "new"),
         (day(2), "published", "new"),
@@ -293,26 +402,35 @@ def test_a_day_without_its_ready_marker_is_not_published_until_it_has_one(
 def test_a_spark_error_leaves_failed_rows_and_the_next_run_computes_those_days(
     spark: SparkSession, generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Two chunks of one day, the second failing in Spark: the first chunk's day stays
+    `published`, with its numbers; only the second's gets `failed`, with the error's line, and
+    the next run computes that day alone. A run that marked every day of the run failed, or
+    lost the first chunk's writes, fails."""
     data = _copy(generated, tmp_path, 2)
     warehouse = tmp_path / "wh"
     config = _config(data, warehouse)
     real = chunk_flow.Chunk.compute
 
     def failing(chunk: chunk_flow.Chunk, *args: Any) -> Any:
-        chunk.spark.sql("SELECT raise_error('planted failure in the main pass')").collect()
+        if chunk.dates == [day(2)]:
+            chunk.spark.sql("SELECT raise_error('planted failure in the main pass')").collect()
         return real(chunk, *args)
 
     monkeypatch.setattr(chunk_flow.Chunk, "compute", failing)
-    assert main(_argv("backfill", config, day(1), day(2))) == 1
-    runs = _table(spark, warehouse, "job_runs").where(F.col("status") == "failed").collect()
-    assert sorted(r.metric_date for r in runs) == [day(1), day(2)]
-    assert all("planted failure in the main pass" in r.error and "\n" not in r.error for r in runs)
-    monkeypatch.setattr(chunk_flow.Chunk, "compute", real)
-    assert main(_argv("backfill", config, day(1), day(2))) == 0
+    one_day_chunks = ("--set", "backfill.days_per_chunk=1")
+    assert main(_argv("backfill", config, day(1), day(2), extra=one_day_chunks)) == 1
     assert _finished(spark, warehouse) == [
         (day(1), "published", "new"),
-        (day(2), "published", "new"),
+        (day(2), "failed", "new"),
     ]
+    (failed,) = _table(spark, warehouse, "job_runs").where(F.col("status") == "failed").collect()
+    assert "planted failure in the main pass" in failed.error and "\n" not in failed.error
+    assert _published_daily(spark, warehouse, day(1)) == _expected_daily(data, day(1))
+    assert _published_daily(spark, warehouse, day(2)) == []
+    monkeypatch.setattr(chunk_flow.Chunk, "compute", real)
+    assert main(_argv("backfill", config, day(1), day(2))) == 0
+    assert _finished(spark, warehouse) == [(day(2), "published", "new")]
+    assert _published_daily(spark, warehouse, day(2)) == _expected_daily(data, day(2))
 
 
 STATE = DayInputs(logs="L", files=1, clusters="v1")
