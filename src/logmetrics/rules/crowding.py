@@ -3,16 +3,15 @@ slots of the top-k (`unique_clusters_crowding`).
 
 A key with n entries in a request's top-k takes n - 1 redundant slots there. The per-request
 rows carry their top slots' keys (`slot_keys`) beside the flags the metric already made of them
-(`new_slots`: the first slot of each key), so this is aggregations of the slots that repeat a
-key, with no array function evaluated per request and no second read:
+(`new_slots`: the first slot of each key), so this is one aggregation of the slots that repeat
+a key, with no array function evaluated per request and no second read:
 
-    the repeated slots (a generator over the slots, the new ones dropped) -> per (request, key):
-    its repeats and their tokens within each k, its first repeat's slot (no shuffle: the rows
-    sit partitioned by request) -> per (day, segment values, key, smallest k its first repeat
-    is in): slots, tokens, requests affected and the 3 smallest request ids, in one aggregation
-    -> spread over the segment rows and the ks at or above -> the top `top_n` by redundant
-    slots (ties kept) -> named from the cluster table's keys, ranked with ties by the key as
-    text, cut to `top_n`
+    the repeated slots (a generator over the slots, the new ones dropped; whether each is its
+    key's first repeat in the list, from built-in array lookups) -> per (day, segment values,
+    key, smallest k of the slot): slots, first repeats (requests affected), tokens and the 3
+    smallest request ids, together -> spread over the segment rows and the ks at or above ->
+    the top `top_n` by redundant slots (ties kept) -> named from the cluster table's keys,
+    ranked with ties by the key as text, cut to `top_n` (`crowding_rows`)
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ EXAMPLES = 3
 """Request ids listed per key (`example_request_ids`): the smallest, as text."""
 
 _GROUP = ("metric_date", "k", *SEGMENT_KEY)
-_REQUEST = ("request_key", "metric_date", "request_id")  # the served requests' key
 
 
 def crowding_candidates(
@@ -45,25 +43,29 @@ def crowding_candidates(
     slots, with its requests affected, its share of the row's redundant slots, the tokens of
     its redundant slots (each result's `tokens`, else `tokens_per_slot`) and their price, and
     its example request ids: a few thousand rows. The tie-break by text comes after the keys
-    are named (`crowding_rows`), which is only done for these."""
+    are named (`crowding_rows`), which is only done for these.
+
+    Two aggregations, the big one first: the repeated slots are counted per (day, the request's
+    segment values, key, the smallest k of `ks` their slot falls in), a few rows per key and
+    day; only those counts are spread over the segment rows and added up there, one sum per k
+    of the counts from that k or below."""
     ks_sorted = sorted(set(ks))
-    per_request = _per_request_key(_repeated_slots(requests_df, tokens_per_slot), ks_sorted)
-    segments = segment_value_columns(requests_df)
-    by_first_k = per_request.groupBy("metric_date", *segments, "key", "from_k").agg(
-        *[F.sum(f"slots_{k}").alias(f"slots_{k}") for k in ks_sorted],
-        *[F.sum(f"tokens_{k}").alias(f"tokens_{k}") for k in ks_sorted],
-        F.count(F.lit(1)).alias("requests"),
-        _smallest(F.col("request_id")).alias("examples"),
+    repeats = _repeated_slots(requests_df, ks_sorted, tokens_per_slot)
+    by_slot_k = repeats.groupBy(
+        "metric_date", *segment_value_columns(requests_df), "key", "from_k"
+    ).agg(
+        F.count(F.lit(1)).alias("slots"),
+        F.count(F.when(F.col("first"), True)).alias("firsts"),
+        F.sum("tokens").alias("tokens"),
+        _smallest(F.when(F.col("first"), F.col("request_id"))).alias("examples"),
     )
-    per_row = by_first_k.transform(with_segments, segment_by).groupBy(
+    per_row = by_slot_k.transform(with_segments, segment_by).groupBy(
         "metric_date", *SEGMENT_KEY, "key"
     )
-    # Per k: every repeat at a slot within it, and the requests whose first repeat is within it.
+    # Per k, the repeats at slots within it: those counted from a k at or below.
     within = {k: F.col("from_k") <= k for k in ks_sorted}
     sums = per_row.agg(
-        *[F.sum(f"slots_{k}").alias(f"slots_{k}") for k in ks_sorted],
-        *[F.sum(f"tokens_{k}").alias(f"tokens_{k}") for k in ks_sorted],
-        *[F.sum(F.when(within[k], F.col("requests"))).alias(f"requests_{k}") for k in ks_sorted],
+        *[F.sum(F.when(within[k], F.col(c))).alias(f"{c}_{k}") for c in _SUMS for k in ks_sorted],
         # A few short lists per key: the smallest of each `from_k` up to k, cut below.
         *[
             F.collect_list(F.when(within[k], F.col("examples"))).alias(f"examples_{k}")
@@ -75,7 +77,7 @@ def crowding_candidates(
             F.struct(
                 F.lit(k).alias("k"),
                 F.col(f"slots_{k}").alias("redundant_slots"),
-                F.col(f"requests_{k}").alias("requests_affected"),
+                F.col(f"firsts_{k}").alias("requests_affected"),
                 F.col(f"tokens_{k}").alias("redundant_tokens"),
                 F.slice(F.array_sort(F.flatten(f"examples_{k}")), 1, EXAMPLES).alias(
                     "example_request_ids"
@@ -85,7 +87,7 @@ def crowding_candidates(
         ]
     )
     counts = sums.select("metric_date", *SEGMENT_KEY, "key", F.inline(per_k)).where(
-        F.col("requests_affected").isNotNull()  # no repeat within this k
+        F.col("redundant_slots").isNotNull()  # no repeat within this k
     )
     group = Window.partitionBy(*_GROUP)
     usd = F.col("redundant_tokens") * F.lit(usd_per_million_input_tokens) / 1_000_000
@@ -101,6 +103,9 @@ def crowding_candidates(
         .where(F.col("by_slots") <= top_n)
         .drop("by_slots")
     )
+
+
+_SUMS = ("slots", "firsts", "tokens")
 
 
 def crowding_rows(candidates_df: DataFrame, keys_df: DataFrame, top_n: int) -> DataFrame:
@@ -133,52 +138,50 @@ def crowding_rows(candidates_df: DataFrame, keys_df: DataFrame, top_n: int) -> D
     )
 
 
-def _repeated_slots(requests_df: DataFrame, tokens_per_slot: int) -> DataFrame:
+def _repeated_slots(
+    requests_df: DataFrame, ks_sorted: Sequence[int], tokens_per_slot: int
+) -> DataFrame:
     """One row per slot of a request's top slots whose key already appeared above it: the
-    request, the slot (`pos`, from 1), the key and the slot's tokens (`tokens_per_slot` for a
-    result without them). A generator over `slot_keys`, the new slots (`new_slots`) dropped."""
-    pos = F.col("pos") + 1
-    tokens = F.coalesce(F.element_at("slot_tokens", pos), F.lit(tokens_per_slot).cast("long"))
+    day, segment values and request, the slot's key, its tokens (`tokens_per_slot` for a
+    result without them), whether it is the key's first repeat in the list (the slot of its
+    second entry: the request is one the key crowds from that slot's k on), and `from_k`, the
+    smallest k of `ks_sorted` whose top-k holds the slot. A generator over `slot_keys`, the
+    new slots (`new_slots`) dropped; the rest built-in lookups, evaluated per repeated slot."""
+    pos = F.col("pos") + 1  # 1-based
+    keys, key = F.col("slot_keys"), F.col("key")
+    first_at = F.array_position(keys, key)  # the key's first slot, above this one
+    second_at = first_at + F.array_position(F.slice(keys, first_at + 1, F.size(keys)), key)
+    from_k = F.when(pos <= ks_sorted[0], F.lit(ks_sorted[0]))
+    for k in ks_sorted[1:]:
+        from_k = from_k.when(pos <= k, F.lit(k))
+    segments = segment_value_columns(requests_df)
     return (
         requests_df.select(
-            *_REQUEST,
-            *segment_value_columns(requests_df),
+            "metric_date",
+            *segments,
+            "request_id",
+            "slot_keys",
             "new_slots",
             "slot_tokens",
             F.posexplode("slot_keys").alias("pos", "key"),
         )
         .where(~F.element_at("new_slots", pos))
         .select(
-            *_REQUEST,
-            *segment_value_columns(requests_df),
-            pos.alias("pos"),
+            "metric_date",
+            *segments,
+            "request_id",
             "key",
-            tokens.alias("tokens"),
+            F.coalesce(F.element_at("slot_tokens", pos), F.lit(tokens_per_slot).cast("long")).alias(
+                "tokens"
+            ),
+            (second_at == pos).alias("first"),
+            from_k.alias("from_k"),
         )
     )
 
 
-def _per_request_key(repeats_df: DataFrame, ks_sorted: Sequence[int]) -> DataFrame:
-    """Per (request, key) with a repeated slot: its repeats and their tokens within each k,
-    and `from_k`, the smallest k of `ks_sorted` holding its first repeat (the request is one
-    the key crowds from that k on). Grouped on `request_key` too, by which the rows are
-    partitioned: no shuffle."""
-    first = F.min("pos")
-    from_k = F.when(first <= ks_sorted[0], F.lit(ks_sorted[0]))
-    for k in ks_sorted[1:]:
-        from_k = from_k.when(first <= k, F.lit(k))
-    return repeats_df.groupBy(*_REQUEST, *segment_value_columns(repeats_df), "key").agg(
-        from_k.alias("from_k"),
-        *[F.count(F.when(F.col("pos") <= k, True)).alias(f"slots_{k}") for k in ks_sorted],
-        *[
-            F.sum(F.when(F.col("pos") <= k, F.col("tokens"))).alias(f"tokens_{k}")
-            for k in ks_sorted
-        ],
-    )
-
-
 def _smallest(values: Column) -> Column:
-    """The `EXAMPLES` smallest of a group's values, ascending."""
+    """The `EXAMPLES` smallest of a group's values, ascending (nulls skipped)."""
     return F.slice(F.array_sort(F.collect_list(values)), 1, EXAMPLES)
 
 
