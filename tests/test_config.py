@@ -91,6 +91,45 @@ def test_invalid_values_name_the_key(config_file: Path, overrides: list[str], me
     assert "\n" not in text
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("metrics.treshold=3", "metrics.treshold: unknown key; did you mean 'threshold'?"),
+        (
+            "quality.severity.volumes=warning",
+            "quality.severity.volumes: unknown key; did you mean 'volume'?",
+        ),
+        ("output.schem=x", "output.schem: unknown key; did you mean 'schema'?"),
+        ("metrics.zzz=1", "metrics.zzz: unknown key"),
+        ("metrics.ks=ten", "metrics.ks: must be a list, e.g. [5, 10] (got 'ten')"),
+        (
+            "metrics.segment_by=surface",
+            "metrics.segment_by: must be a list, e.g. [5, 10] (got 'surface')",
+        ),
+    ],
+)
+def test_a_misspelt_key_is_named_with_the_nearest_one_and_a_scalar_for_a_list_says_list(
+    config_file: Path, override: str, message: str
+) -> None:
+    """The whole line (the bugs: `unknown key` with no hint; pydantic's `Input should be a
+    valid tuple` for a YAML scalar where a list belongs)."""
+    with pytest.raises(ConfigError) as raised:
+        load_config([config_file], [override])
+    assert str(raised.value) == message
+
+
+def test_the_help_is_written_for_users(capsys: pytest.CaptureFixture[str]) -> None:
+    """`logmetrics --help` opens with what the tool does and ends with where the config comes
+    from and the exit statuses, not the module's developer docstring."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "logmetrics counts the distinct near-duplicate clusters" in out
+    assert "The only place that knows" not in out and "argument parsing" not in out
+    assert "$LOGMETRICS_CONFIG, else\n./conf/local.yaml or ./logmetrics.yaml" in out
+    assert "5 a day's logs are not ready" in out
+
+
 def test_missing_required_key_is_named(tmp_path: Path) -> None:
     path = tmp_path / "job.yaml"
     path.write_text("inputs:\n  served_logs: {path: logs}\n  clusters: {path: c}\n")
@@ -146,7 +185,7 @@ RESTATING = [
     "metrics.segment_by=[surface]",
     "cost.tokens_per_slot=400",
     "cost.usd_per_million_input_tokens=2.5",
-    "crowding.enabled=true",
+    "crowding.enabled=false",
     "crowding.top_clusters=20",
     "quality.enabled=false",
     "quality.on_failure=warn",

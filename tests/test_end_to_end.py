@@ -431,8 +431,8 @@ def test_a_cluster_table_too_large_to_broadcast_publishes_the_same_tables(
     taken = "cluster keys cut down" if path == "cut down" else "its entries are shuffled"
     assert caplog.text.count(taken) == 2  # both chunks of days took the path
     written = [t for t in OUTPUT_TABLES if (warehouse / t.name).exists()]
-    # Not written here: the judged evaluation, and the crowding table (crowding.enabled is off).
-    unwritten = {"evaluation_results", "unique_clusters_crowding", "detector_calibration"}
+    # Not written here: the judged evaluation and the detector's calibration.
+    unwritten = {"evaluation_results", "detector_calibration"}
     assert {t.name for t in OUTPUT_TABLES} - {t.name for t in written} == unwritten
     run_columns = [*RUN_COLUMNS, "checked_at", "quarantined_at", "started_at", "finished_at"]
     for table in written:

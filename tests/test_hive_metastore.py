@@ -19,7 +19,6 @@ import pytest
 
 from logmetrics.synthetic import generate
 from logmetrics.tables.catalog import (
-    CROWDING_TABLE,
     DAILY_TABLE,
     DETECTOR_CALIBRATION_TABLE,
     EVALUATION_RESULTS_TABLE,
@@ -131,13 +130,9 @@ def test_the_tables_live_in_the_metastore_as_managed_delta_tables(
     root, found, _ = metastore
     assert found["catalog"] == "hive"
     assert (root / "metastore_db").is_dir()  # the Derby database, not an in-memory catalog
-    # Not written by the run: the judged evaluation, crowding (crowding.enabled is off) and the
-    # detector's calibration (no inputs.calibration).
-    unwritten = {
-        EVALUATION_RESULTS_TABLE.name,
-        CROWDING_TABLE.name,
-        DETECTOR_CALIBRATION_TABLE.name,
-    }
+    # Not written by the run: the judged evaluation and the detector's calibration (no
+    # inputs.calibration).
+    unwritten = {EVALUATION_RESULTS_TABLE.name, DETECTOR_CALIBRATION_TABLE.name}
     written = {t.name for t in OUTPUT_TABLES} - unwritten
     assert {name for name, kind in found["objects"].items() if kind == "MANAGED"} == written
     assert not (root / "paths").exists()
