@@ -59,18 +59,11 @@ def crowding_candidates(
         F.sum("tokens").alias("tokens"),
         _smallest(F.when(F.col("first"), F.col("request_id"))).alias("examples"),
     )
-    per_row = by_slot_k.transform(with_segments, segment_by).groupBy(
-        "metric_date", *SEGMENT_KEY, "key"
-    )
+    spread = by_slot_k.transform(with_segments, segment_by)
     # Per k, the repeats at slots within it: those counted from a k at or below.
     within = {k: F.col("from_k") <= k for k in ks_sorted}
-    sums = per_row.agg(
-        *[F.sum(F.when(within[k], F.col(c))).alias(f"{c}_{k}") for c in _SUMS for k in ks_sorted],
-        # A few short lists per key: the smallest of each `from_k` up to k, cut below.
-        *[
-            F.collect_list(F.when(within[k], F.col("examples"))).alias(f"examples_{k}")
-            for k in ks_sorted
-        ],
+    sums = spread.groupBy("metric_date", *SEGMENT_KEY, "key").agg(
+        *[F.sum(F.when(within[k], F.col(c))).alias(f"{c}_{k}") for c in _SUMS for k in ks_sorted]
     )
     per_k = F.array(
         *[
@@ -79,9 +72,6 @@ def crowding_candidates(
                 F.col(f"slots_{k}").alias("redundant_slots"),
                 F.col(f"firsts_{k}").alias("requests_affected"),
                 F.col(f"tokens_{k}").alias("redundant_tokens"),
-                F.slice(F.array_sort(F.flatten(f"examples_{k}")), 1, EXAMPLES).alias(
-                    "example_request_ids"
-                ),
             )
             for k in ks_sorted
         ]
@@ -91,7 +81,7 @@ def crowding_candidates(
     )
     group = Window.partitionBy(*_GROUP)
     usd = F.col("redundant_tokens") * F.lit(usd_per_million_input_tokens) / 1_000_000
-    return (
+    ranked = (
         counts.select(
             "*",
             usd.alias("redundant_usd"),  # as redundancy_cost_daily prices its tokens
@@ -102,6 +92,25 @@ def crowding_candidates(
         )
         .where(F.col("by_slots") <= top_n)
         .drop("by_slots")
+    )
+    return ranked.join(
+        _examples(spread, ranked), on=[*_GROUP, "key"], how="inner"
+    )  # every candidate has a redundant slot, so a request it crowds: no row is lost
+
+
+def _examples(spread_df: DataFrame, ranked_df: DataFrame) -> DataFrame:
+    """(group, key, example_request_ids) of the ranked keys only: their rows of the first
+    aggregation (each with the smallest ids of its `from_k`), picked by a broadcast of the few
+    ranked keys, merged per k from the `from_k`s at or below it. The first aggregation's
+    exchange is the one `crowding_candidates` counts from: Spark reuses it."""
+    listed = ranked_df.select(*_GROUP, "key")
+    picked = spread_df.join(
+        F.broadcast(listed), on=["metric_date", *SEGMENT_KEY, "key"], how="inner"
+    ).where(F.col("from_k") <= F.col("k"))
+    return picked.groupBy(*_GROUP, "key").agg(
+        F.slice(F.array_sort(F.flatten(F.collect_list("examples"))), 1, EXAMPLES).alias(
+            "example_request_ids"
+        )
     )
 
 
