@@ -40,6 +40,7 @@ DRIVER_MEMORY = "4g"
 # Engine names, as they appear in results.json and the report.
 LOGMETRICS = "logmetrics"
 LOGMETRICS_PLAIN = "logmetrics-plain"
+LOGMETRICS_NO_CROWDING = "logmetrics-nocrowding"  # crowding.enabled: false (on by default)
 DUCKDB = "duckdb"
 NAIVE = "naive"
 FLOOR = "floor"

@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.engines import DUCKDB, FLOOR, FLOOR_COMET, LOGMETRICS, LOGMETRICS_PLAIN, NAIVE
+from benchmarks.engines import (
+    DUCKDB,
+    FLOOR,
+    FLOOR_COMET,
+    LOGMETRICS,
+    LOGMETRICS_NO_CROWDING,
+    LOGMETRICS_PLAIN,
+    NAIVE,
+)
 
 README_START = "<!-- bench:results:start -->"
 README_END = "<!-- bench:results:end -->"
@@ -27,6 +35,7 @@ MAX_PLAIN_OVER_NAIVE = 0.35  # logmetrics-plain / the naive plan
 MAX_GROWTH_90_OVER_30 = 3.3
 MAX_PEAK_MEMORY_BYTES = 4 * GIB  # PSS of the process tree
 MAX_ONE_CHUNK_OVER_DEFAULT = 1.1
+MAX_CROWDING_OVER_OFF = 1.2  # logmetrics (crowding on, the default) / with crowding off
 ENGINE_LABELS = {
     DUCKDB: "DuckDB",
     FLOOR: "Spark floor",
@@ -154,10 +163,11 @@ def targets(
 ) -> list[dict[str, Any]]:
     """The issue's pass/fail lines, all from one run: `main` is the 90-day workload, `short` the
     30-day one; `expected_checks` the comparisons with the reference a complete run makes."""
-    ours, plain, duckdb, floor, floor_comet, naive, one_chunk = (
+    ours, no_crowding, plain, duckdb, floor, floor_comet, naive, one_chunk = (
         _wall(summary[main], engine)
         for engine in (
             LOGMETRICS,
+            LOGMETRICS_NO_CROWDING,
             LOGMETRICS_PLAIN,
             DUCKDB,
             FLOOR,
@@ -233,6 +243,13 @@ def targets(
             MAX_ONE_CHUNK_OVER_DEFAULT,
             "{:.2f}",
             "<= 1.1",
+        ),
+        _target(
+            f"logmetrics / logmetrics-nocrowding (crowding on / off), {long}",
+            _divide(ours, no_crowding),
+            MAX_CROWDING_OVER_OFF,
+            "{:.2f}",
+            "<= 1.2",
         ),
         outputs_target(checks, expected_checks),
     ]

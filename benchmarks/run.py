@@ -37,6 +37,7 @@ from benchmarks.datasets import REPO, Dataset, DatasetSpec, data_options, ensure
 from benchmarks.engines import (
     DRIVER_MEMORY,
     KS,
+    LOGMETRICS_NO_CROWDING,
     LOGMETRICS_PLAIN,
     THRESHOLD,
     DuckDBReference,
@@ -56,6 +57,7 @@ START = dt.date(2026, 1, 1)
 LOGMETRICS, DUCKDB, NAIVE, FLOOR = Logmetrics(), DuckDBReference(), NaiveSpark(), FloorSpark()
 FLOOR_COMET = FloorComet()
 PLAIN = Logmetrics(LOGMETRICS_PLAIN, {"spark": {"accelerator": "none"}})
+NO_CROWDING = Logmetrics(LOGMETRICS_NO_CROWDING, {"crowding": {"enabled": False}})
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
     engines: dict[str, list[Engine]] = {w.name: [LOGMETRICS, PLAIN, DUCKDB] for w in workloads}
     # The pairs the targets compare sit next to each other: each logmetrics run and its floor,
     # one chunk / default. The 30 days have the floors too, for the slopes.
-    engines[main] = [LOGMETRICS, FLOOR_COMET, DUCKDB, PLAIN, FLOOR, one_chunk]
+    engines[main] = [LOGMETRICS, NO_CROWDING, FLOOR_COMET, DUCKDB, PLAIN, FLOOR, one_chunk]
     engines[short] = [LOGMETRICS, FLOOR_COMET, PLAIN, FLOOR, DUCKDB]
     if args.naive_repeats > 0:
         engines[main].append(NAIVE)
@@ -295,7 +297,8 @@ def build_results(
             "naive_repeats": plan.naive_repeats,
             "logmetrics_days_per_chunk": chunking.default_days_per_chunk,
             "logmetrics_variants": {
-                engine.name: engine.overrides for engine in (LOGMETRICS, PLAIN, plan.one_chunk)
+                engine.name: engine.overrides
+                for engine in (LOGMETRICS, NO_CROWDING, PLAIN, plan.one_chunk)
             },
             "memory_sampling": {
                 "rss_every_s": measure.POLL_SECONDS,
