@@ -249,10 +249,10 @@ def test_alerts_command_exit_codes_and_output(
     fired = before[before.status.isin(["alert", "improvement"])]
     assert len(set(lines)) == len(lines) == len(fired)  # each said once, and only on stdout
     assert not any("ALERT " in line or "IMPROVEMENT " in line for line in err.splitlines())
-    alerts = int((fired.status == "alert").sum())
+    raised = int((fired.status == "alert").sum())
     assert out.splitlines()[-1] == (
-        f"{FIRST_JUDGED}..{END}: {before.metric_date.nunique()} day(s) judged, {alerts} "
-        f"alert(s), {len(fired) - alerts} improvement(s)"
+        f"{FIRST_JUDGED}..{END}: {(END - FIRST_JUDGED).days + 1} day(s) judged, {raised} "
+        f"alert(s), {len(fired) - raised} improvement(s)"
     )
     assert f"ALERT {REGRESSED} surface=app k=10 share_at_or_below_threshold: " in out
     assert f"IMPROVEMENT {IMPROVED} surface=web k=10 mean: " in out
@@ -350,14 +350,31 @@ def test_the_planted_floods_are_the_alerts_top_culprits(
         ("surface", "app"),
     )
     assert [r["cluster_id"] for r in expected] == [f.cluster_id for f in FLOODS]
-    for statistic in ("share_at_or_below_threshold", "mean"):
-        block = out.split(f"ALERT {REGRESSED} surface=app k=10 {statistic}: ")[1]
-        # Never among the baseline days' keys: mean 0 there, and new.
-        assert block.splitlines()[1:4] == [
-            f"  #{r['rank']} cluster {r['cluster_id']}: {r['redundant_slots']} redundant slots "
-            "(baseline mean 0.0), NEW among the baseline's top keys"
-            for r in expected
-        ]
+    # Both statistics alert, and their culprits (the same keys) are listed once, below the last,
+    # never among the baseline days' keys (mean 0 there, and new), each with its price: the logs
+    # carry no `tokens`, so 510 tokens a slot at 3 USD per million (the defaults), written as in
+    # the README's example (0.42M / 42.3k / 510 tokens).
+    lines = out.splitlines()
+    head = f"ALERT {REGRESSED} surface=app k=10 "
+    heads = [i for i, line in enumerate(lines) if line.startswith(head)]
+    assert [lines[i].split()[4] for i in heads] == ["mean:", "share_at_or_below_threshold:"]
+    assert heads[1] == heads[0] + 1
+    assert lines[heads[1] + 1 : heads[1] + 4] == [
+        f"  #{r['rank']} cluster {r['cluster_id']}: {r['redundant_slots']} redundant slots, "
+        f"{_tokens(r['redundant_slots'] * 510)} tokens, "
+        f"{r['redundant_slots'] * 510 * 3.0 / 1e6:.2f} USD "
+        "(baseline mean 0.0), NEW among the baseline's top keys"
+        for r in expected
+    ]
+    assert [r["redundant_usd"] for r in expected] == [
+        r["redundant_slots"] * 510 * 3.0 / 1e6 for r in expected
+    ]
+
+
+def _tokens(count: int) -> str:
+    if count >= 100_000:
+        return f"{count / 1e6:.2f}M"
+    return f"{count / 1e3:.1f}k" if count >= 1_000 else str(count)
 
 
 def test_the_crowding_table_equals_the_reference_over_every_day_and_segment(

@@ -159,5 +159,5 @@ def test_ready_and_a_run_for_a_day_not_ready_start_no_spark(tmp_path: Path) -> N
     for _, err, seen in (ready, not_ready, run):
         assert not any("java" in name for name in seen), seen
         assert "starting local Spark" not in err
-    assert not (tmp_path / "logs").exists()  # no JVM, so no logs/spark-<pid>.log
+    assert not list((tmp_path / "logs").glob("spark-*.log"))  # no JVM, so no Spark log
     assert not (tmp_path / "wh").exists()

@@ -353,9 +353,17 @@ def test_rerunning_a_range_or_a_day_changes_nothing_and_touches_no_other_day(
         _rows(daily, ["metric_date", "k"]),
     )
 
+    def run_ids() -> dict[dt.date, str]:
+        table = _table(spark, warehouse, "unique_clusters_daily")
+        return {r.metric_date: r.run_id for r in table.select("metric_date", "run_id").collect()}
+
     assert _backfill(config, START, END, force=True) == 0  # the same range again
+    forced = run_ids()
     middle = START + dt.timedelta(days=1)
-    assert main(["run", "--config", str(config), "--date", str(middle)]) == 0  # one day in it
+    run = ["run", "--config", str(config), "--date", str(middle)]
+    assert main(run) == 0  # one day in it, done from the same inputs: skipped, not rewritten
+    assert run_ids() == forced
+    assert main([*run, "--force"]) == 0  # and restated
 
     again = (
         _rows(by_query, ["metric_date", "request_id", "k"]),
@@ -543,13 +551,18 @@ def test_maintain_compacts_every_table_without_changing_a_row(
     assert main(["maintain", "--config", str(config), "--vacuum-retain-hours", "1"]) == 2
 
 
-def test_a_day_without_traffic_is_published_as_zero_queries(
+def test_a_day_without_traffic_is_published_as_zero_queries_where_quiet_days_are_allowed(
     spark: SparkSession, dataset: Path, tmp_path: Path
 ) -> None:
+    """A day no log file holds a row of is not ready (exit 5, nothing written); a source
+    that has real quiet days (`allow_empty_days`) publishes it as 0 queries, so the gap is
+    visible rather than missing."""
     warehouse = tmp_path / "wh"
     config = _write_config(tmp_path / "job.yaml", dataset, warehouse)
     later = END + dt.timedelta(days=5)
-    assert _backfill(config, later, later) == 0
+    assert _backfill(config, later, later) == 5
+    assert not warehouse.exists() or not list(warehouse.glob("*/_delta_log"))
+    assert _backfill(config, later, later, "inputs.served_logs.allow_empty_days=true") == 0
     daily = _table(spark, warehouse, "unique_clusters_daily").collect()
     assert sorted((r.metric_date, r.k, r.queries, r.median) for r in daily) == [
         (later, k, 0, None) for k in KS

@@ -257,9 +257,11 @@ def hostile_run(
     )
     warehouse = root / "warehouse"
     config = root / "job.yaml"
+    # Days whose only rows are hostile ones (no usable served_at) are days without a row: the
+    # hostile values are tested here, not readiness, so such days are computed.
     config.write_text(
         "inputs:\n"
-        f"  served_logs: {{path: '{root / 'served_logs'}'}}\n"
+        f"  served_logs: {{path: '{root / 'served_logs'}', allow_empty_days: true}}\n"
         f"  clusters: {{path: '{root / 'clusters.parquet'}', format: parquet}}\n"
         f"output: {{warehouse: '{warehouse}'}}\n"
         f"metrics: {{ks: {list(KS)}, threshold: {THRESHOLD}}}\n"

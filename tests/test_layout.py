@@ -40,7 +40,16 @@ FLOORS = {
     "synthetic": 2,
     "ground": 1,
 }
-GROUND = {"config", "schemas", "session", "errors", "phases", "redaction", "__init__"}
+GROUND = {
+    "config",
+    "console",
+    "schemas",
+    "session",
+    "errors",
+    "phases",
+    "redaction",
+    "__init__",
+}
 
 
 def _module_name(path: Path) -> str:

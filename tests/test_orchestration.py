@@ -255,7 +255,7 @@ def test_killed_backfill_resumes_to_the_tables_of_an_uninterrupted_run(
     with caplog.at_level("INFO", logger="logmetrics"):
         assert main(_backfill_argv(config)) == 0
     if killed["unique_clusters_daily"]:  # days published before the kill are not redone
-        assert "already done with the same inputs and config" in caplog.text
+        assert "already done from the same inputs and config, skipped" in caplog.text
     assert _snapshot(spark, warehouse) == uninterrupted.tables
     ledger = _ledger(spark, warehouse)
     published_days = [r.metric_date for r in ledger if r.status == "published"]

@@ -92,7 +92,9 @@ def _clusters(root: Path) -> Path:
 def _config(
     root: Path, logs: Path, fmt: str = "parquet", days_per_chunk: int = 3, **settings: str
 ) -> Path:
-    served = f"{{path: '{logs}', format: {fmt}"
+    # Ranges with days that hold no row are what these tests read; readiness is tested elsewhere
+    # (tests/test_operator_view.py), so such days are computed.
+    served = f"{{path: '{logs}', format: {fmt}, allow_empty_days: true"
     if "on_corrupt" in settings:
         served += f", on_corrupt: {settings.pop('on_corrupt')}"
     text = (

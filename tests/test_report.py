@@ -180,6 +180,8 @@ def _crowding_rows(spec: list[tuple[Any, ...]] = CROWDING_ROWS) -> list[tuple[An
             "share_of_redundant_slots": 0.5,
             "cluster_size": 2,
             "example_request_ids": ["r1"],
+            "redundant_tokens": slots * 510,
+            "redundant_usd": slots * 510 * 3.0 / 1_000_000,
             **STAMP,
         }
         out.append(tuple(row[f.name] for f in CROWDING.fields))

@@ -43,8 +43,3 @@ def days_text(days: Sequence[dt.date], most: int = 4) -> str:
     if len(ordered) <= most:
         return ", ".join(map(str, ordered))
     return f"{len(ordered)} days from {ordered[0]} to {ordered[-1]}"
-
-
-def number(value: float | None) -> str:
-    """A measured value for people: 3 significant digits, `-` for none."""
-    return "-" if value is None else f"{value:.3g}"
