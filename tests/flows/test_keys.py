@@ -21,6 +21,7 @@ from logmetrics.errors import LogmetricsError
 from logmetrics.flows.keys import (
     BROADCAST_CHUNKS_PER_HEAP_GIB,
     BROADCAST_CHUNKS_PER_NATIVE_GIB,
+    KEEP_KEYS_MIN_CHUNKS,
     RESULT_BYTES_PER_CHUNK,
     ChunkKeys,
     KeysPlan,
@@ -176,6 +177,9 @@ def test_the_cut_down_keys_are_broadcast_and_the_entries_never_shuffled(
 # --- kept keys (tables.keys_cache) -------------------------------------------------------------
 
 
+ROWS = KEEP_KEYS_MIN_CHUNKS  # the rows the tests' cluster tables claim, so their keys are kept
+
+
 def _config(tmp_path: Path, **backfill: object) -> Config:
     return Config.model_validate(
         {
@@ -211,7 +215,7 @@ def test_kept_keys_are_the_keys_built_in_memory_with_their_facts(
         "cluster_duplicate_chunk_ids": 0,
         "cluster_empty_ids": 0,
     }
-    kept = kept_keys(_config(tmp_path), "v3", table_rows=8)
+    kept = kept_keys(_config(tmp_path), "v3", ROWS)
     assert kept is not None and kept.root == tmp_path / "wh" / "_cluster_keys"
     assert kept.find(0) is None
     assert _start(spark, kept) == built  # built, written, checked and kept
@@ -233,7 +237,7 @@ def test_kept_keys_are_the_keys_built_in_memory_with_their_facts(
 def test_a_salt_known_to_collide_is_skipped_and_old_entries_go(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    kept = kept_keys(_config(tmp_path), "v3", table_rows=8)
+    kept = kept_keys(_config(tmp_path), "v3", ROWS)
     assert kept is not None
     kept.commit(kept.new_entry(0), None)  # salt 0 found to collide by an earlier run
     rows, facts, salt = _start(spark, kept)
@@ -241,7 +245,7 @@ def test_a_salt_known_to_collide_is_skipped_and_old_entries_go(
     assert (rows, facts) == _start(spark, None, salt=1)[:2]
 
     for state in ("v4", "v5", "v6"):  # newer table versions: the oldest entries go
-        other = kept_keys(_config(tmp_path), state, table_rows=8)
+        other = kept_keys(_config(tmp_path), state, ROWS)
         assert other is not None and other.identity != kept.identity
         _start(spark, other)
     assert len(list(kept.root.glob("*/*/_entry.json"))) == KEEP
@@ -250,23 +254,24 @@ def test_a_salt_known_to_collide_is_skipped_and_old_entries_go(
 
 def test_where_keys_are_kept(tmp_path: Path) -> None:
     """Beside a local warehouse, in `cluster_keys_dir` when set; nowhere when reuse is off, the
-    directory remote, or a Parquet table remote (its state is its files' names alone); the
-    identity changes with the table's state."""
-    first = kept_keys(_config(tmp_path), "v1", 8)
+    directory remote, a Parquet table remote (its state is its files' names alone) or a table
+    too small to gain; the identity changes with the table's state."""
+    first = kept_keys(_config(tmp_path), "v1", ROWS)
     assert first is not None
-    assert first.identity != kept_keys(_config(tmp_path), "v2", 8).identity  # type: ignore[union-attr]
-    elsewhere = kept_keys(_config(tmp_path, cluster_keys_dir=str(tmp_path / "k")), "v1", 8)
+    assert first.identity != kept_keys(_config(tmp_path), "v2", ROWS).identity  # type: ignore[union-attr]
+    elsewhere = kept_keys(_config(tmp_path, cluster_keys_dir=str(tmp_path / "k")), "v1", ROWS)
     assert elsewhere is not None and elsewhere.root == tmp_path / "k"
-    assert kept_keys(_config(tmp_path, keep_cluster_keys=False), "v1", 8) is None
-    assert kept_keys(_config(tmp_path, cluster_keys_dir="s3://bucket/keys"), "v1", 8) is None
+    assert kept_keys(_config(tmp_path, keep_cluster_keys=False), "v1", ROWS) is None
+    assert kept_keys(_config(tmp_path, cluster_keys_dir="s3://bucket/keys"), "v1", ROWS) is None
     remote = _config(tmp_path).model_copy(
         update={"inputs": InputsConfig(clusters=ClustersInput(path="s3://b/c", format="parquet"))}
     )
-    assert kept_keys(remote, "listing-hash", 8) is None
+    assert kept_keys(remote, "listing-hash", ROWS) is None
     catalog = Config.model_validate(
         {"inputs": {"clusters": {"path": "c"}}, "output": {"schema": "metrics"}}
     )
-    assert kept_keys(catalog, "v1", 8) is None
+    assert kept_keys(catalog, "v1", ROWS) is None
+    assert kept_keys(_config(tmp_path), "v1", ROWS - 1) is None
 
 
 # --- the broadcast limit and a broadcast out of memory -----------------------------------------

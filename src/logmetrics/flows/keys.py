@@ -122,9 +122,11 @@ def start_cluster_keys(
     )
 
 
-KEEP_KEYS_MIN_CHUNKS = 0
-"""Cluster tables with fewer rows have their keys built every run, not kept: measured, reading
-kept keys ... (benchmarks/README.md, "Kept cluster keys")."""
+KEEP_KEYS_MIN_CHUNKS = 100_000
+"""Cluster tables with fewer rows have their keys built every run, in memory, not kept: such a
+table's keys take a second or two to build, beside the main pass, and keeping them costs its
+first run a write. At 200k chunks (the benchmark's small table) a nightly with kept keys was
+not slower than one that built them (benchmarks/README.md, "Kept cluster keys")."""
 
 
 def kept_keys(config: Config, cluster_state: str, table_rows: int) -> KeysCache | None:
@@ -283,9 +285,10 @@ the tasks run at once): every task builds the broadcast keys' hash table in the 
 Comet shares fairly between the tasks' operators. Measured with the local default (4g: a pool
 of 1.4 GiB, 2 tasks at once): 4M chunk ids passed (5.7M per GiB of a task's share), 5M ran out;
 half of what passed."""
-RESULT_BYTES_PER_CHUNK = 64
-"""Bytes of task results the driver collects per chunk id broadcast, measured: bounds `auto`
-by `spark.driver.maxResultSize`."""
+RESULT_BYTES_PER_CHUNK = 50
+"""Bytes of task results the driver collects per chunk id broadcast: twice the 25 B measured
+(the broadcast stage's result sizes in the event log, 2M chunk ids, plain Spark and Comet
+alike). Bounds `auto` by `spark.driver.maxResultSize` (1g: 21M chunk ids)."""
 
 
 def broadcast_limit(setting: int | str, memory: BroadcastMemory) -> tuple[int, str]:
