@@ -8,7 +8,8 @@ unless `allow_empty_days`), computes the days whose inputs, cluster table or con
 since they were last computed (a resumed backfill skips the rest), writes the run's `started`
 rows, then computes each chunk (`chunk.Chunk`) while the chunk before it is written, so the
 writes of one overlap the main pass of the next. A hash collision in the cluster keys (`keys`)
-computes the chunk again under the next salt. The terminal hears of a chunk while it computes
+computes the chunk again under the next salt, and a broadcast of them that runs out of memory
+with the next plan. The terminal hears of a chunk while it computes
 (`Progress`) and once it is written; the log keeps a record per day.
 """
 
