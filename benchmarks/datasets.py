@@ -15,7 +15,11 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from logmetrics.synthetic import generate
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from logmetrics.synthetic import generate, unserved_chunks
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +89,81 @@ def ensure_dataset(spec: DatasetSpec, data_root: Path) -> Dataset:
     )
     marker.write_text(json.dumps(spec.marker(), indent=2) + "\n")
     return Dataset(spec, root)
+
+
+@dataclass(frozen=True)
+class BigClustersSpec:
+    """Days of served logs drawn from a corpus of `served_chunks`, beside a cluster table of
+    `table_chunks` rows (one Parquet file): the corpus's own rows, then chunks no log serves,
+    about `multi_member_share` of all chunks in multi-member clusters. The workload of a real
+    corpus: a cluster table far larger than what a day serves."""
+
+    name: str
+    start: dt.date
+    days: int
+    queries_per_day: int
+    seed: int
+    served_chunks: int
+    table_chunks: int
+    multi_member_share: float = 0.4
+
+    def marker(self) -> dict[str, object]:
+        return {**asdict(self), "start": self.start.isoformat(), "dirty": True}
+
+    def dataset_spec(self) -> DatasetSpec:
+        """Its logs as a `DatasetSpec` (top-10 lists)."""
+        return DatasetSpec(self.name, self.start, self.days, self.queries_per_day, self.seed, 10)
+
+
+def ensure_big_clusters(spec: BigClustersSpec, data_root: Path) -> Dataset:
+    """The dataset of `spec` under `data_root`, generated first if it is missing or stale: the
+    logs with `logmetrics.synthetic.generate`, the table written a batch at a time with pyarrow
+    (never whole in memory)."""
+    root = data_root / spec.name
+    marker = root / MARKER
+    if marker.exists() and json.loads(marker.read_text()) == spec.marker():
+        log.info("dataset %s: reusing %s", spec.name, root)
+        return Dataset(spec.dataset_spec(), root)
+    log.info(
+        "dataset %s: generating %d day(s) x %d requests from %d chunks, a cluster table of %d",
+        spec.name,
+        spec.days,
+        spec.queries_per_day,
+        spec.served_chunks,
+        spec.table_chunks,
+    )
+    marker.unlink(missing_ok=True)
+    data = generate(
+        root,
+        spec.start,
+        spec.days,
+        spec.queries_per_day,
+        spec.seed,
+        dirty=True,
+        corpus_chunks=spec.served_chunks,
+    )
+    corpus = pq.read_table(data.clusters)
+    corpus_multi = _multi_member_chunks(corpus)
+    unserved = spec.table_chunks - corpus.num_rows
+    share = (spec.multi_member_share * spec.table_chunks - corpus_multi) / unserved
+    partial = data.clusters.with_name(".big.parquet")
+    with pq.ParquetWriter(partial, corpus.schema) as writer:
+        writer.write_table(corpus)
+        for table in unserved_chunks(spec.served_chunks, unserved, max(share, 0.0), spec.seed):
+            writer.write_table(table)
+    partial.replace(data.clusters)
+    marker.write_text(json.dumps(spec.marker(), indent=2) + "\n")
+    return Dataset(spec.dataset_spec(), root)
+
+
+def _multi_member_chunks(clusters: pa.Table) -> int:
+    """Rows of a cluster table whose cluster id more than one row holds."""
+    counts = clusters.group_by("cluster_id").aggregate([("cluster_id", "count")])
+    multi = pc.filter(
+        counts,
+        pc.and_(pc.is_valid(counts["cluster_id"]), pc.greater(counts["cluster_id_count"], 1)),
+    )
+    return int(pc.sum(multi["cluster_id_count"]).as_py() or 0)
 
 
 def job_parser(prog: str, description: str) -> argparse.ArgumentParser:

@@ -15,6 +15,9 @@
 5. benchmarks/results.json, the table in benchmarks/README.md, the table on stdout.
 6. The fixed-cost runs (`benchmarks.fixed_cost`, `--repeats` rounds): a nightly day and a tiny
    one against the platform floor, recorded the same way.
+7. Nightly days against a 20M-chunk cluster table (`benchmarks.big_clusters`, `--repeats`
+   rounds): the first night, a night with the keys kept and one with them rebuilt, beside the
+   small-table nightly; their tables against the DuckDB reference's.
 Exit 1 if a run failed or an output differs from the reference.
 """
 
@@ -32,7 +35,7 @@ from typing import Any
 
 import duckdb
 
-from benchmarks import eventlog, fixed_cost, machine, measure, report
+from benchmarks import big_clusters, eventlog, fixed_cost, machine, measure, report
 from benchmarks.datasets import REPO, Dataset, DatasetSpec, data_options, ensure_dataset
 from benchmarks.engines import (
     DRIVER_MEMORY,
@@ -372,8 +375,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(section)
     fixed = fixed_cost.run(argparse.Namespace(**{**vars(args), "rounds": args.repeats}))
     print(fixed_cost.record(fixed, args.results, args.readme))
+    big = big_clusters.run(argparse.Namespace(**{**vars(args), "rounds": args.repeats}))
+    print(big_clusters.record(big, args.results, args.readme))
     failed = [f"{r.workload} {r.engine}" for r in records if not r.ok]
     failed += [label for label, summary in fixed["checkouts"].items() if not summary["ok"]]
+    failed += [] if big_clusters.ok(big) else ["big-clusters"]
     wrong = [name for name, verdict in checks.items() if not verdict.get("ok")]
     if failed or wrong or not checks:
         log.error("failed runs: %s; outputs differing from the reference: %s", failed, wrong)

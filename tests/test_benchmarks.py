@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from benchmarks import duckdb_reference, eventlog, machine, report
+from benchmarks import big_clusters, datasets, duckdb_reference, eventlog, machine, report
 from benchmarks.engines import DUCKDB, FLOOR, FLOOR_COMET, LOGMETRICS, LOGMETRICS_PLAIN
 
 import reference
@@ -226,3 +226,60 @@ def test_the_duckdb_reference_equals_the_python_reference(tmp_path: Path) -> Non
     actual_daily = pq.read_table(tmp_path / "out" / duckdb_reference.DAILY_FILE).to_pylist()
     assert set(actual_daily[0]) == set(expected_daily[0])
     assert actual_daily == expected_daily
+
+
+def test_the_big_table_summary_takes_medians_and_pairs_kept_with_rebuilt_runs() -> None:
+    # Issue 53: per kind, the medians of wall and of the keys' phases, the largest peak PSS; the
+    # kept / rebuilt ratio is the median of the rounds' own ratios, not a ratio of medians.
+    def run(round_: int, kind: str, wall: float, keys: float, pss: float) -> dict:
+        phases = {"cluster keys": keys, "served chunks": 1.0, "main pass": 9.0}
+        return {
+            "round": round_,
+            "kind": kind,
+            "ok": True,
+            "wall_s": wall,
+            "keys_s": keys + 1.0,
+            "peak_tree_pss_gib": pss,
+            "phases_s": phases,
+        }
+
+    runs = [
+        run(0, "kept keys", 60.0, 0.0, 3.0),
+        run(0, "keys rebuilt", 120.0, 100.0, 4.0),
+        run(1, "kept keys", 90.0, 0.0, 3.5),
+        run(1, "keys rebuilt", 100.0, 80.0, 4.5),
+        run(2, "kept keys", 70.0, 0.0, 3.2),
+        run(2, "keys rebuilt", 200.0, 90.0, 4.2),
+    ]
+    summary = big_clusters.summarize(runs)
+    kept, rebuilt = summary["kinds"]["kept keys"], summary["kinds"]["keys rebuilt"]
+    assert (kept["wall_s"], kept["keys_s"], kept["peak_tree_pss_gib"]) == (70.0, 1.0, 3.5)
+    assert (rebuilt["wall_s"], rebuilt["keys_s"]) == (120.0, 91.0)
+    assert rebuilt["peak_tree_pss_gib"] == 4.5
+    assert rebuilt["phases_s"]["cluster keys"] == 90.0
+    assert summary["kept_over_rebuilt_wall"] == 0.5  # 0.5, 0.9, 0.35
+    assert "first night" not in summary["kinds"] and summary["ok"]
+    assert not big_clusters.summarize([{**runs[0], "ok": False}])["ok"]
+
+
+def test_the_big_table_generator_grows_the_corpus_with_unserved_chunks(tmp_path: Path) -> None:
+    # The served corpus's rows (chunks numbered below served_chunks) first, then chunks no log
+    # serves, numbered on from there, once each, to the table's size, in one file; about the
+    # share asked for in multi-member clusters.
+    spec = datasets.BigClustersSpec(
+        "big", dt.date(2026, 1, 1), 1, 200, seed=3, served_chunks=20_000, table_chunks=60_000
+    )
+    data = datasets.ensure_big_clusters(spec, tmp_path)
+    assert [f.name for f in data.clusters.iterdir()] == ["part-00000.parquet"]
+    table = pq.read_table(data.clusters)
+    assert table.num_rows == 60_000
+    numbers = [int(chunk[len("chunk-") :]) for chunk in table["chunk_id"].to_pylist()]
+    corpus = sum(n < 20_000 for n in numbers)
+    assert all(n < 20_000 for n in numbers[:corpus])
+    assert numbers[corpus:] != sorted(numbers[corpus:])  # members are not neighbours
+    assert sorted(numbers[corpus:]) == list(range(20_000, 20_000 + 60_000 - corpus))
+    share = datasets._multi_member_chunks(table) / table.num_rows
+    assert 0.39 < share < 0.41
+    lists = pq.read_table(data.served_logs, columns=["results"])["results"].to_pylist()
+    served = {e["chunk_id"] for r in lists for e in r or [] if e["chunk_id"] is not None}
+    assert served and all(int(c[len("chunk-") :]) < 20_000 for c in served)

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from logmetrics.synthetic import generate
+from logmetrics.synthetic import generate, unserved_chunks
 
 pytestmark = pytest.mark.slow
 
@@ -161,3 +161,33 @@ def test_ready_and_a_run_for_a_day_not_ready_start_no_spark(tmp_path: Path) -> N
         assert "starting local Spark" not in err
     assert not list((tmp_path / "logs").glob("spark-*.log"))  # no JVM, so no Spark log
     assert not (tmp_path / "wh").exists()
+
+
+def test_a_broadcast_too_large_for_the_driver_takes_the_next_plan(tmp_path: Path) -> None:
+    """A small driver (512m: with Comet, a 0.2 GiB native pool) told to broadcast a whole
+    cluster table of 1M chunks it cannot hold: the broadcast runs out of memory, the run says
+    so in one warning that names the setting and the memory, computes the day again with the
+    keys of the chunks it serves, and publishes it. No trace on the terminal."""
+    data = generate(tmp_path / "data", START, days=1, queries_per_day=300, seed=5)
+    corpus = pq.read_metadata(data.clusters).num_rows
+    more = unserved_chunks(10**6, 10**6 - corpus, multi_member_share=0.4, seed=5)
+    pq.write_table(pa.concat_tables(more), data.clusters.with_name("part-00001.parquet"))
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        "inputs:\n"
+        "  served_logs: {path: data/served_logs}\n"
+        "  clusters: {path: data/clusters_parquet, format: parquet}\n"
+        "output: {warehouse: wh}\n"
+        "spark: {master: 'local[2]', driver_memory: 512m}\n"
+        "backfill: {broadcast_max_chunks: 1000000}\n"
+    )
+    done = _logmetrics("run", "--config", "job.yaml", "--date", START.isoformat(), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    terminal = (done.stdout + done.stderr).splitlines()
+    warned = [line for line in terminal if "ran out of memory" in line]
+    assert len(warned) == 1, terminal
+    assert "the whole cluster table's keys (1,000,000 rows)" in warned[0]
+    assert "lower backfill.broadcast_max_chunks" in warned[0]
+    assert "raise spark.driver_memory" in warned[0]
+    assert not any("Traceback" in line or "\tat " in line for line in terminal)
+    assert "1 day(s) published" in done.stdout

@@ -112,10 +112,11 @@ def _utc(row: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def warehouse(spark: SparkSession, dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A warehouse backfilled once over the whole generated range, in chunks of two days."""
+    """A warehouse backfilled once over the whole generated range, in chunks of two days, the
+    cluster keys built in memory (never kept)."""
     warehouse = tmp_path_factory.mktemp("warehouse")
     config = _write_config(tmp_path_factory.mktemp("conf") / "job.yaml", dataset, warehouse)
-    assert _backfill(config, START, END) == 0
+    assert _backfill(config, START, END, "backfill.keep_cluster_keys=false") == 0
     return warehouse
 
 
@@ -438,18 +439,55 @@ def test_a_cluster_table_too_large_to_broadcast_publishes_the_same_tables(
         assert _backfill(config, START, END, f"backfill.broadcast_max_chunks={max_chunks}") == 0
     taken = "cluster keys cut down" if path == "cut down" else "its entries are shuffled"
     assert caplog.text.count(taken) == 2  # both chunks of days took the path
+    _assert_same_tables(spark, other, warehouse)
+
+
+def _assert_same_tables(
+    spark: SparkSession, other: Path, warehouse: Path, ledger: bool = True
+) -> None:
+    """Every table `warehouse` holds, `other` holds with the same rows (floats exactly), but
+    for the run's own ids and times (and without the ledger, `job_runs`, unless `ledger`)."""
     written = [t for t in OUTPUT_TABLES if (warehouse / t.name).exists()]
     # Not written here: the judged evaluation and the detector's calibration.
     unwritten = {"evaluation_results", "detector_calibration"}
     assert {t.name for t in OUTPUT_TABLES} - {t.name for t in written} == unwritten
     run_columns = [*RUN_COLUMNS, "checked_at", "quarantined_at", "started_at", "finished_at"]
     for table in written:
+        if table is JOB_RUNS_TABLE and not ledger:
+            continue
 
         def rows(root: Path, name: str = table.name) -> list[str]:
             df = _table(spark, root, name).drop(*run_columns)
             return sorted(repr(tuple(r)) for r in df.collect())  # exact, floats included
 
         assert rows(other) == rows(warehouse), table.name
+
+
+def test_kept_cluster_keys_publish_the_tables_of_keys_built_every_run(
+    spark: SparkSession,
+    dataset: Path,
+    warehouse: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The module's warehouse was computed with the keys built in memory (their reuse off). With
+    reuse on, a first backfill builds the keys, writes them beside its warehouse and keeps them
+    with their check's verdict and facts; a second one (forced) reads them and builds nothing.
+    Both publish every table as the module's warehouse holds it."""
+    monkeypatch.setattr(keys_flow, "KEEP_KEYS_MIN_CHUNKS", 0)  # the generated table is small
+    other = tmp_path / "wh"
+    config = _write_config(tmp_path / "job.yaml", dataset, other)
+    assert _backfill(config, START, END) == 0
+    assert len(list((other / "_cluster_keys").glob("*/*/_entry.json"))) == 1
+    _assert_same_tables(spark, other, warehouse)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="logmetrics"):
+        # The first chunk of days again, as the first run chunked it (its checks count its days).
+        assert _backfill(config, START, START + dt.timedelta(days=1), force=True) == 0
+    assert "cluster keys of this table version reused" in caplog.text
+    assert "cluster keys check" not in caplog.text  # nothing was checked again
+    _assert_same_tables(spark, other, warehouse, ledger=False)  # it holds the forced run too
 
 
 def test_a_chunk_that_fails_leaves_the_chunk_before_it_written_and_recorded(

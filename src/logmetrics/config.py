@@ -327,11 +327,23 @@ class BackfillConfig(_Section):
     days_per_chunk: StrictInt = Field(
         default=30, ge=1, le=366, description="Days computed and committed together in a backfill."
     )
-    broadcast_max_chunks: StrictInt = Field(
-        default=20_000_000,
-        ge=0,
+    broadcast_max_chunks: Annotated[StrictInt, Field(ge=0)] | Literal["auto"] = Field(
+        default="auto",
         description="Most chunk ids broadcast to every task (the cluster keys, or the keys of "
-        "the chunks a chunk of days serves); above it, a shuffle join (docs/cluster-scale.md).",
+        "the chunks a chunk of days serves); above it, the next plan (docs/cluster-scale.md). "
+        "auto: what the driver's memory holds, measured (docs/cluster-scale.md).",
+    )
+    keep_cluster_keys: bool = Field(
+        default=True,
+        description="Keep the cluster keys of a cluster table version (a Delta version, or a "
+        "local Parquet table's file names, sizes and times) in `cluster_keys_dir`, and reuse "
+        "them while the table is unchanged, instead of building them every run.",
+    )
+    cluster_keys_dir: Text | None = Field(
+        default=None,
+        description="A local directory for the kept cluster keys; null: "
+        "`<output.warehouse>/_cluster_keys` (with catalog tables and no directory set, or a "
+        "remote one, they are built every run).",
     )
 
 

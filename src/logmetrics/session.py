@@ -16,9 +16,11 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import socket
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from importlib.resources import files
 from pathlib import Path
@@ -189,6 +191,84 @@ def _mebibytes(size: str) -> int:
     if text and text[-1] in _UNITS:
         return int(float(text[:-1]) * _UNITS[text[-1]])
     return int(float(text) / (1024 * 1024))  # bytes
+
+
+@dataclass(frozen=True)
+class BroadcastMemory:
+    """What bounds a broadcast in the session at hand: the driver JVM's heap (it collects and,
+    on plain Spark, builds the broadcast), `spark.driver.maxResultSize` (None: unlimited), on a
+    cluster each executor's heap (it holds a copy; None in local mode, where the driver is the
+    executor), and with Comet its native memory pool (`spark.memory.offHeap.size`, where each
+    task builds the broadcast's hash table; None without Comet)."""
+
+    driver_heap: int
+    max_result: int | None
+    executor_heap: int | None
+    native_pool: int | None = None
+    task_slots: int = 1  # tasks an executor (local Spark: the driver) runs at once
+
+    @property
+    def heap(self) -> int:
+        """The smallest heap that holds the broadcast."""
+        return min(self.driver_heap, self.executor_heap or self.driver_heap)
+
+    def describe(self) -> str:
+        """`driver heap 1.8 GiB, Comet's pool 1.4 GiB`: what the log and the errors say."""
+        parts = [f"driver heap {self.driver_heap / 1024**3:.1f} GiB"]
+        if self.executor_heap is not None:
+            parts.append(f"executor memory {self.executor_heap / 1024**3:.1f} GiB")
+        if self.native_pool is not None:
+            parts.append(
+                f"Comet's memory pool {self.native_pool / 1024**3:.1f} GiB for "
+                f"{self.task_slots} task(s) at once"
+            )
+        return ", ".join(parts)
+
+
+def broadcast_memory(spark: SparkSession) -> BroadcastMemory:
+    """`BroadcastMemory` of `spark`: the driver's heap from its JVM where it can be reached
+    (local, spark-submit), else from `spark.driver.memory` (Spark's default 1g)."""
+    try:
+        heap = int(spark._jvm.java.lang.Runtime.getRuntime().maxMemory())  # type: ignore[union-attr]
+    except Exception:  # Spark Connect: no JVM here
+        heap = _conf_bytes(spark, "spark.driver.memory", "1g")
+    max_result = _conf_bytes(spark, "spark.driver.maxResultSize", "1g")
+    master = _conf(spark, "spark.master", "local")
+    local = master.startswith("local")
+    executor = None if local else _conf_bytes(spark, "spark.executor.memory", "1g")
+    slots = _local_threads(master) if local else int(_conf(spark, "spark.executor.cores", "1"))
+    comet = "CometPlugin" in _conf(spark, "spark.plugins", "") and (
+        _conf(spark, "spark.comet.enabled", "true").lower() != "false"
+    )
+    pool = _conf_bytes(spark, "spark.memory.offHeap.size", "0") if comet else 0
+    return BroadcastMemory(heap, max_result or None, executor, pool or None, max(1, slots))
+
+
+def _local_threads(master: str) -> int:
+    """The tasks local Spark runs at once: N of `local[N]` (or `local[N,F]`), every core of
+    `local[*]`, one of `local`."""
+    match = re.match(r"^local\[(\*|\d+)", master)
+    if match is None:
+        return 1
+    if match.group(1) == "*":
+        return os.cpu_count() or 1
+    return int(match.group(1))
+
+
+def _conf(spark: SparkSession, key: str, default: str) -> str:
+    try:
+        return str(spark.conf.get(key, default) or default)
+    except Exception:  # a setting the server will not say
+        return default
+
+
+def _conf_bytes(spark: SparkSession, key: str, default: str) -> int:
+    """A memory setting in bytes; a number without a unit is MiB (Spark's rule for the memory
+    settings) except for maxResultSize (bytes)."""
+    text = _conf(spark, key, default).strip()
+    if text.isdigit():
+        return int(text) if key.endswith("maxResultSize") else int(text) * 1024 * 1024
+    return int(_mebibytes(text) * 1024 * 1024)
 
 
 SHORT_RUN_DAYS = 3

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -179,6 +179,7 @@ def generate(
     weekly_amplitude: float = 0.0,
     planted: Sequence[PlantedChange] = (),
     floods: Sequence[PlantedFlood] = (),
+    corpus_chunks: int | None = None,
 ) -> GeneratedData:
     """Write ``days`` daily partitions of served logs plus the cluster table under ``out_dir``.
 
@@ -187,6 +188,8 @@ def generate(
     content depends only on the arguments (day i does not depend on ``days``).
     ``weekly_amplitude`` adds a weekly season to every query's repeat probability
     (``weekly_shift``); ``planted`` changes chosen days; ``floods`` plants named clusters.
+    ``corpus_chunks``: the number of chunks the lists are drawn from (by default
+    CORPUS_CHUNKS_PER_DAILY_QUERY per daily query, at least MIN_CORPUS_CHUNKS).
     """
     if days < 1 or queries_per_day < 1 or list_length < 1:
         raise ValueError("days, queries_per_day and list_length must all be >= 1")
@@ -199,7 +202,9 @@ def generate(
         directory.mkdir(parents=True)
 
     corpus_seq, *day_seqs = np.random.SeedSequence(seed).spawn(days + 1)
-    n_chunks = max(MIN_CORPUS_CHUNKS, CORPUS_CHUNKS_PER_DAILY_QUERY * queries_per_day)
+    n_chunks = corpus_chunks or max(
+        MIN_CORPUS_CHUNKS, CORPUS_CHUNKS_PER_DAILY_QUERY * queries_per_day
+    )
     corpus_rng = np.random.default_rng(corpus_seq)
     corpus = _make_corpus(corpus_rng, n_chunks)
     cluster_table = _cluster_table(corpus_rng, corpus, dirty)
@@ -256,6 +261,41 @@ def generate(
         entries=entries,
         cluster_rows=cluster_table.num_rows,
     )
+
+
+UNSERVED_CLUSTER_SIZES = (2, 6)
+"""The sizes (smallest, largest; uniform) of the multi-member clusters of `unserved_chunks`."""
+
+
+def unserved_chunks(
+    first: int, count: int, multi_member_share: float, seed: int, batch: int = 1_000_000
+) -> Iterator[pa.Table]:
+    """Cluster-table rows (CLUSTERS_SCHEMA) of `count` chunks that no generated log serves, in
+    tables of at most `batch` rows: what grows a generated corpus to a real one's size. Chunks
+    numbered from `first` (ids `chunk-<number>` as the corpus's, 8 digits at least, so numbers
+    past the corpus's never meet its ids); about `multi_member_share` of them in clusters of
+    UNSERVED_CLUSTER_SIZES members (ids `dup-<8 digits>`, never a corpus cluster's 7), the rest
+    singletons with a cluster id of their own. Built from numpy arrays a batch at a time."""
+    rng = np.random.default_rng((seed, 53))
+    lo, hi = UNSERVED_CLUSTER_SIZES
+    cluster_number = 0
+    for start in range(first, first + count, batch):
+        n = min(batch, first + count - start)
+        multi = round(n * multi_member_share)
+        sizes = rng.integers(lo, hi + 1, size=multi // lo + 1)
+        sizes = sizes[np.cumsum(sizes) <= multi]
+        size = np.concatenate([sizes, np.ones(n - int(sizes.sum()), dtype=np.int64)])
+        cluster = cluster_number + np.repeat(np.arange(len(size)), size)
+        cluster_number += len(size)
+        # Members of a cluster are not neighbours in the file.
+        order = rng.permutation(n)
+        yield pa.table(
+            {
+                "chunk_id": _ids("chunk-", start + order, 8),
+                "cluster_id": _ids("dup-", cluster[order], 8),
+            },
+            schema=CLUSTERS_SCHEMA,
+        )
 
 
 def _stochastic_round(rng: np.random.Generator, expected: float) -> int:

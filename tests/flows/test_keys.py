@@ -6,17 +6,39 @@ one shuffle (the rows, by request)."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from logmetrics.flows.keys import ChunkKeys, keys_for_chunk
+from logmetrics.config import ClustersInput, Config, InputsConfig
+from logmetrics.errors import LogmetricsError
+from logmetrics.flows.keys import (
+    BROADCAST_CHUNKS_PER_HEAP_GIB,
+    BROADCAST_CHUNKS_PER_NATIVE_GIB,
+    KEEP_KEYS_MIN_CHUNKS,
+    RESULT_BYTES_PER_CHUNK,
+    ChunkKeys,
+    KeysPlan,
+    broadcast_limit,
+    kept_keys,
+    keys_for_chunk,
+    out_of_memory,
+    plan_after_memory_failure,
+    start_cluster_keys,
+)
+from logmetrics.flows.side_steps import SideSteps
+from logmetrics.phases import Phases
 from logmetrics.rules.cluster_keys import cluster_keys
 from logmetrics.rules.per_request import requests_by_key
 from logmetrics.schemas import CLUSTERS, SERVED_LOGS
+from logmetrics.session import BroadcastMemory
+from logmetrics.tables.keys_cache import KEEP, KeysCache
 
 T0 = dt.datetime(2026, 1, 5, 10, 0, tzinfo=dt.UTC)
 KS = (1, 2, 3)
@@ -60,9 +82,9 @@ def test_every_path_gives_the_same_rows(
     logs_df = spark.createDataFrame(rows, SERVED_LOGS)
     served = len({e[1] for r in rows if r[2] is not None for e in r[2]})  # None counts once
     assert served < len(CLUSTER_ROWS)
-    whole = keys_for_chunk(keys_df, 0, logs_df, table_fits=True, max_chunks=0)
-    cut = keys_for_chunk(keys_df, 0, logs_df, table_fits=False, max_chunks=served)
-    shuffled = keys_for_chunk(keys_df, 0, logs_df, table_fits=False, max_chunks=served - 1)
+    whole = keys_for_chunk(keys_df, 0, logs_df, KeysPlan(True, 0))
+    cut = keys_for_chunk(keys_df, 0, logs_df, KeysPlan(False, served))
+    shuffled = keys_for_chunk(keys_df, 0, logs_df, KeysPlan(False, served - 1))
     try:
         assert (whole.broadcast, whole.served_df) == (True, None)
         assert cut.broadcast and cut.served_df is not None
@@ -125,7 +147,7 @@ def test_the_cut_down_keys_are_broadcast_and_the_entries_never_shuffled(
     spark: SparkSession, keys_df: DataFrame
 ) -> None:
     logs_df = spark.createDataFrame(LOG_ROWS, SERVED_LOGS)
-    cut = keys_for_chunk(keys_df, 0, logs_df, table_fits=False, max_chunks=len(CLUSTER_ROWS))
+    cut = keys_for_chunk(keys_df, 0, logs_df, KeysPlan(False, len(CLUSTER_ROWS)))
     try:
         assert cut.served_df is not None
         # The one shuffle is the rows' by request; the entries meet the cut-down keys in a
@@ -140,7 +162,7 @@ def test_the_cut_down_keys_are_broadcast_and_the_entries_never_shuffled(
     # The check can fail: joined to the whole table without a broadcast (a few keys, still
     # not broadcast), the entries are shuffled to the keys by chunk hash, and back to their
     # request for the group-by.
-    shuffled = keys_for_chunk(keys_df, 0, logs_df, table_fits=False, max_chunks=0)
+    shuffled = keys_for_chunk(keys_df, 0, logs_df, KeysPlan(False, 0))
     assert _plan(_requests(logs_df, shuffled)) == (
         [
             "hashpartitioning(chunk_hash)",
@@ -150,3 +172,152 @@ def test_the_cut_down_keys_are_broadcast_and_the_entries_never_shuffled(
         ],
         ["SortMergeJoin LeftOuter"],
     )
+
+
+# --- kept keys (tables.keys_cache) -------------------------------------------------------------
+
+
+ROWS = KEEP_KEYS_MIN_CHUNKS  # the rows the tests' cluster tables claim, so their keys are kept
+
+
+def _config(tmp_path: Path, **backfill: object) -> Config:
+    return Config.model_validate(
+        {
+            "inputs": {"clusters": {"path": str(tmp_path / "clusters"), "format": "parquet"}},
+            "output": {"warehouse": str(tmp_path / "wh")},
+            "backfill": backfill,
+        }
+    )
+
+
+def _start(spark: SparkSession, kept: KeysCache | None, salt: int = 0) -> tuple[list, dict, int]:
+    """The keys (sorted rows), the facts and the salt `start_cluster_keys` gives."""
+    clusters_df = spark.createDataFrame(CLUSTER_ROWS, CLUSTERS)
+    with SideSteps(Phases()) as side:
+        keys = start_cluster_keys(clusters_df, salt, side, kept)
+        try:
+            columns = ["chunk_id", "cluster_key", "chunk_hash", "cluster_hash"]
+            rows = sorted(tuple(r) for r in keys.df.select(*columns).collect())
+            return rows, keys.facts(), keys.salt
+        finally:
+            keys.unpersist()
+
+
+def test_kept_keys_are_the_keys_built_in_memory_with_their_facts(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Built and kept by one run, read by the next, without a check: the same rows and facts
+    as keys built in memory. A kept entry that is not as written (a file gone, a marker
+    missing) is never read: the keys are built, and kept, again."""
+    built = _start(spark, None)
+    assert built[1] == {
+        "cluster_chunks": 8,
+        "cluster_duplicate_chunk_ids": 0,
+        "cluster_empty_ids": 0,
+    }
+    kept = kept_keys(_config(tmp_path), "v3", ROWS)
+    assert kept is not None and kept.root == tmp_path / "wh" / "_cluster_keys"
+    assert kept.find(0) is None
+    assert _start(spark, kept) == built  # built, written, checked and kept
+    (entry,) = kept.root.glob("*/*/_entry.json")
+    with caplog.at_level(logging.INFO, logger="logmetrics"):
+        assert _start(spark, kept) == built  # read back
+    assert "reused" in caplog.text
+
+    data = entry.parent / "keys"
+    next(data.glob("part-*.parquet")).unlink()  # a file lost: not as written
+    assert kept.find(0) is None
+    assert _start(spark, kept) == built
+    assert kept.find(0) is not None
+    for marker in kept.root.glob("*/*/_entry.json"):
+        marker.unlink()  # half-written entries: never read
+    assert kept.find(0) is None
+
+
+def test_a_salt_known_to_collide_is_skipped_and_old_entries_go(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    kept = kept_keys(_config(tmp_path), "v3", ROWS)
+    assert kept is not None
+    kept.commit(kept.new_entry(0), None)  # salt 0 found to collide by an earlier run
+    rows, facts, salt = _start(spark, kept)
+    assert salt == 1
+    assert (rows, facts) == _start(spark, None, salt=1)[:2]
+
+    for state in ("v4", "v5", "v6"):  # newer table versions: the oldest entries go
+        other = kept_keys(_config(tmp_path), state, ROWS)
+        assert other is not None and other.identity != kept.identity
+        _start(spark, other)
+    assert len(list(kept.root.glob("*/*/_entry.json"))) == KEEP
+    assert kept.find(1) is None
+
+
+def test_where_keys_are_kept(tmp_path: Path) -> None:
+    """Beside a local warehouse, in `cluster_keys_dir` when set; nowhere when reuse is off, the
+    directory remote, a Parquet table remote (its state is its files' names alone) or a table
+    too small to gain; the identity changes with the table's state."""
+    first = kept_keys(_config(tmp_path), "v1", ROWS)
+    assert first is not None
+    assert first.identity != kept_keys(_config(tmp_path), "v2", ROWS).identity  # type: ignore[union-attr]
+    elsewhere = kept_keys(_config(tmp_path, cluster_keys_dir=str(tmp_path / "k")), "v1", ROWS)
+    assert elsewhere is not None and elsewhere.root == tmp_path / "k"
+    assert kept_keys(_config(tmp_path, keep_cluster_keys=False), "v1", ROWS) is None
+    assert kept_keys(_config(tmp_path, cluster_keys_dir="s3://bucket/keys"), "v1", ROWS) is None
+    remote = _config(tmp_path).model_copy(
+        update={"inputs": InputsConfig(clusters=ClustersInput(path="s3://b/c", format="parquet"))}
+    )
+    assert kept_keys(remote, "listing-hash", ROWS) is None
+    catalog = Config.model_validate(
+        {"inputs": {"clusters": {"path": "c"}}, "output": {"schema": "metrics"}}
+    )
+    assert kept_keys(catalog, "v1", ROWS) is None
+    assert kept_keys(_config(tmp_path), "v1", ROWS - 1) is None
+
+
+# --- the broadcast limit and a broadcast out of memory -----------------------------------------
+
+GIB = 1024**3
+
+
+def test_the_automatic_limit_follows_the_memory_that_holds_the_broadcast() -> None:
+    """The heap (the driver's, or an executor's when smaller), Comet's pool per task when it
+    runs, and what `spark.driver.maxResultSize` lets the driver collect, whichever is least."""
+    local = BroadcastMemory(driver_heap=4 * GIB, max_result=None, executor_heap=None)
+    limit, why = broadcast_limit("auto", local)
+    assert limit == 4 * BROADCAST_CHUNKS_PER_HEAP_GIB and "auto: driver heap 4.0 GiB" in why
+    assert broadcast_limit("auto", BroadcastMemory(2 * GIB, None, None))[0] == limit // 2
+    # On a cluster the executors hold a copy each: the smaller heap bounds it.
+    assert broadcast_limit("auto", BroadcastMemory(4 * GIB, None, GIB))[0] == limit // 4
+    # Comet: each of the tasks run at once builds the hash table in its share of the pool.
+    comet = BroadcastMemory(4 * GIB, None, None, native_pool=GIB // 2, task_slots=4)
+    assert broadcast_limit("auto", comet)[0] == BROADCAST_CHUNKS_PER_NATIVE_GIB // 8
+    assert broadcast_limit("auto", replace(comet, task_slots=1))[0] == min(
+        BROADCAST_CHUNKS_PER_NATIVE_GIB // 2, limit
+    )
+    small_results = BroadcastMemory(4 * GIB, 64 * RESULT_BYTES_PER_CHUNK, None)
+    assert broadcast_limit("auto", small_results)[0] == 64
+    assert broadcast_limit(123, local) == (123, "backfill.broadcast_max_chunks")
+
+
+def test_a_broadcast_out_of_memory_takes_the_next_plan_then_stops_with_a_sentence(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    memory = BroadcastMemory(driver_heap=GIB // 2, max_result=None, executor_heap=None)
+    lost = RuntimeError("Job aborted: Lost task 5.0 (TID 42): TaskResultLost (result lost)")
+    assert out_of_memory(lost)
+    assert out_of_memory(RuntimeError("java.lang.OutOfMemoryError: Java heap space"))
+    assert not out_of_memory(RuntimeError("FAILED_READ_FILE: part-0.parquet"))
+
+    whole = KeysPlan(True, 1000)
+    with caplog.at_level(logging.WARNING, logger="logmetrics"):
+        served = plan_after_memory_failure(whole, lost, memory, table_rows=900)
+        shuffled = plan_after_memory_failure(served, lost, memory, table_rows=900)
+    assert served == KeysPlan(False, 1000)
+    assert (shuffled.table_fits, shuffled.max_chunks) == (False, 0)
+    assert "whole cluster table's keys (900 rows) ran out of memory" in caplog.text
+    assert "computed again with its entries shuffled" in caplog.text
+    with pytest.raises(LogmetricsError) as stopped:
+        plan_after_memory_failure(shuffled, lost, memory, table_rows=900)
+    line = str(stopped.value)
+    assert "\n" not in line and "(driver heap 0.5 GiB)" in line
+    assert "lower backfill.broadcast_max_chunks" in line and "raise spark.driver_memory" in line

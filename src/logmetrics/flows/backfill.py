@@ -8,7 +8,8 @@ unless `allow_empty_days`), computes the days whose inputs, cluster table or con
 since they were last computed (a resumed backfill skips the rest), writes the run's `started`
 rows, then computes each chunk (`chunk.Chunk`) while the chunk before it is written, so the
 writes of one overlap the main pass of the next. A hash collision in the cluster keys (`keys`)
-computes the chunk again under the next salt. The terminal hears of a chunk while it computes
+computes the chunk again under the next salt, and a broadcast of them that runs out of memory
+with the next plan. The terminal hears of a chunk while it computes
 (`Progress`) and once it is written; the log keeps a record per day.
 """
 
@@ -35,10 +36,18 @@ from logmetrics.flows.calibration import (
 from logmetrics.flows.chunk import Chunk, DayResult, Writing
 from logmetrics.flows.history import PublishedDaily, published_before
 from logmetrics.flows.inputs import NO_LOG_FILES, DayInputs, day_inputs
-from logmetrics.flows.keys import HashCollision, start_cluster_keys
+from logmetrics.flows.keys import (
+    HashCollision,
+    first_plan,
+    kept_keys,
+    out_of_memory,
+    plan_after_memory_failure,
+    start_cluster_keys,
+)
 from logmetrics.flows.side_steps import SideSteps
 from logmetrics.phases import Phases
 from logmetrics.quality.policy import describe
+from logmetrics.session import broadcast_memory
 from logmetrics.tables.catalog import RunStamp
 from logmetrics.tables.file_scan import CorruptInput, scan_served_logs, undated_rows
 from logmetrics.tables.sources import ClusterSnapshot, clusters_state, read_clusters
@@ -261,18 +270,12 @@ def _compute_days(
     with phases.timed("cluster table rows"):
         # Rows bound the distinct chunk ids from above, and Spark counts them from metadata.
         table_rows = clusters.df.count()
-    max_chunks = config.backfill.broadcast_max_chunks
-    table_fits = table_rows <= max_chunks
-    if not table_fits:
-        log.info(
-            "the cluster table has %d rows, above backfill.broadcast_max_chunks (%d): each "
-            "chunk of days broadcasts only the keys of the chunks it serves",
-            table_rows,
-            max_chunks,
-        )
+    memory = broadcast_memory(spark)
+    plan = first_plan(config.backfill.broadcast_max_chunks, table_rows, memory)
+    kept = kept_keys(config, inputs[dates[0]].clusters, table_rows)
     began = time.monotonic()
     with SideSteps(phases) as side, Progress(phases) as progress:
-        keys = start_cluster_keys(clusters.df, 0, side)
+        keys = start_cluster_keys(clusters.df, 0, side, kept)
         # One `started` row per day of the run, in one commit beside the first chunk's work.
         started = side.submit(
             "ledger started",
@@ -324,19 +327,23 @@ def _compute_days(
                 )
                 while True:
                     try:
-                        computed = chunk.compute(keys, table_fits)
+                        computed = chunk.compute(keys, plan)
                         break
                     except HashCollision:  # nothing was written: the chunk is done again
                         log.warning("hash collision in the cluster table with salt %d", keys.salt)
-                        keys.df.unpersist()
-                        keys = start_cluster_keys(clusters.df, keys.salt + 1, side)
+                        keys.unpersist()
+                        keys = start_cluster_keys(clusters.df, keys.salt + 1, side, kept)
+                    except Exception as exc:  # a broadcast out of memory: the next plan
+                        if not out_of_memory(exc):
+                            raise
+                        plan = plan_after_memory_failure(plan, exc, memory, table_rows)
                 finish_pending()
                 pending = (computed.start_writes(), chunk_began)
         finally:
             try:
                 finish_pending()  # the last chunk, or the one written while a later one failed
             finally:
-                keys.df.unpersist()
+                keys.unpersist()
 
 
 def _record_failure(

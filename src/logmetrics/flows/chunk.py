@@ -31,7 +31,7 @@ from logmetrics.flows import ledger
 from logmetrics.flows.alerts import alerts_frame, announce, culprit_rows
 from logmetrics.flows.history import PublishedDaily
 from logmetrics.flows.inputs import DayInputs
-from logmetrics.flows.keys import ChunkKeys, ClusterKeys, keys_for_chunk
+from logmetrics.flows.keys import ChunkKeys, ClusterKeys, KeysPlan, keys_for_chunk
 from logmetrics.flows.side_steps import SideSteps, wait_all
 from logmetrics.phases import Phases
 from logmetrics.quality.facts import (
@@ -109,16 +109,15 @@ class Chunk:
     started: Future[None]  # the run's `started` ledger rows
     daily: PublishedDaily  # the published daily rows before and during the run
 
-    def compute(self, keys: ClusterKeys, table_fits: bool) -> Computed:
+    def compute(self, keys: ClusterKeys, plan: KeysPlan) -> Computed:
         """The chunk's one pass over its logs, its gates and every table's rows, nothing written
         yet (`Computed.write` does it). The per-request rows stay persisted until then.
-        `table_fits`: the whole cluster table is small enough to broadcast (`keys_for_chunk`)."""
+        `plan`: how the entries meet the cluster keys (`keys_for_chunk`)."""
         logs_df = self._logs()
+        keys_df = keys.df  # waits for them while they are written to be kept
         # Only a cluster table too large to broadcast whole costs this phase any time.
-        with nullcontext() if table_fits else self.phases.timed("served chunks"):
-            chunk_keys = keys_for_chunk(
-                keys.df, keys.salt, logs_df, table_fits, self.config.backfill.broadcast_max_chunks
-            )
+        with nullcontext() if plan.table_fits else self.phases.timed("served chunks"):
+            chunk_keys = keys_for_chunk(keys_df, keys.salt, logs_df, plan)
         requests_df = self._requests(logs_df, keys.salt, chunk_keys).persist(
             StorageLevel.MEMORY_AND_DISK
         )
