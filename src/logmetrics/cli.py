@@ -782,7 +782,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from logmetrics.demo import generate_dataset
 
     generate_dataset(
-        out=Path(args.out),
+        out=Path(args.out).resolve(),  # Spark's working directory need not be ours
         start=args.start,
         days=args.days,
         queries_per_day=args.queries_per_day,
