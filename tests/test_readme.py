@@ -70,7 +70,14 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     shutil.copy(REPO / "conf" / "local.yaml", root / "conf" / "local.yaml")
     suite = root / "suite.yaml"  # the suite's Spark settings: plain Spark, few partitions
     spark = {"master": "local[2]", "driver_memory": "2g", "accelerator": "none", "conf": TEST_CONF}
-    suite.write_text(yaml.safe_dump({"spark": spark}))
+    # The shipped config's relative paths, made absolute under the stranger's directory: the
+    # commands share the suite's JVM, whose working directory is not that one.
+    shipped = yaml.safe_load((root / "conf" / "local.yaml").read_text())
+    inputs = {
+        name: {"path": str(root / source["path"])} for name, source in shipped["inputs"].items()
+    }
+    output = {"warehouse": str(root / shipped["output"]["warehouse"])}
+    suite.write_text(yaml.safe_dump({"inputs": inputs, "output": output, "spark": spark}))
     env = {**os.environ, "LOGMETRICS_CONFIG": f"conf/local.yaml{os.pathsep}{suite}"}
     return Demo(root, env, _logmetrics(["demo"], root, env))
 
