@@ -189,8 +189,8 @@ def markdown(results: dict[str, Any]) -> str:
     """The README's section: this workload beside the small-table nightly."""
     summary = results["summary"]
     lines = [
-        f"Measured {results['generated_at']} on {results['machine_line']}; logmetrics at "
-        f"{results['commit']}. Medians of {results['parameters']['rounds']} rounds (each: the "
+        f"Measured {results['generated_at']} on {results['machine_line']}. "
+        f"Medians of {results['parameters']['rounds']} rounds (each: the "
         "three runs in turn); peak PSS of the process tree, the largest over the rounds; keys: "
         "the `cluster keys`, `cluster keys check` and `served chunks` phases, summed.",
         "",
