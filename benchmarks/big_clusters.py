@@ -24,7 +24,6 @@ import json
 import logging
 import shutil
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,7 +34,7 @@ from benchmarks.datasets import REPO, BigClustersSpec, Dataset, ensure_big_clust
 from benchmarks.engines import DuckDBReference, Logmetrics, Workload, fresh_dir
 from benchmarks.fixed_cost import _phases, _write_config
 from benchmarks.fixed_cost import run_config as small_run_config
-from benchmarks.measure import run_measured
+from benchmarks.measure import run_check, run_measured
 
 log = logging.getLogger("benchmarks")
 
@@ -141,16 +140,7 @@ def check_outputs(dataset: Dataset, out_dir: Path) -> dict[str, Any]:
         }
         for kind in ("kept keys", "keys rebuilt")
     ]
-    plan_file, verdict_file = out_dir / "check-plan.json", out_dir / "check.json"
-    plan_file.write_text(json.dumps(comparisons, indent=2) + "\n")
-    command = [sys.executable, "-m", "benchmarks.check", "--plan", str(plan_file)]
-    command += ["--out", str(verdict_file), "--log-dir", str(out_dir / "check-logs")]
-    measured = run_measured(command, log=out_dir / "check.log", cwd=REPO, timeout_s=3600)
-    if not verdict_file.exists():
-        error = f"the check did not finish (exit {measured.exit_code}), see {measured.log}"
-        return {"check": {"ok": False, "error": error}}
-    verdicts: dict[str, Any] = json.loads(verdict_file.read_text())
-    return verdicts
+    return run_check(comparisons, out_dir, REPO)
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -261,13 +251,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def record(results: dict[str, Any], results_file: Path, readme: Path) -> str:
     """Put `results` into results.json (key `big_clusters`) and the README; the section."""
-    existing = json.loads(results_file.read_text()) if results_file.exists() else {}
-    existing["big_clusters"] = results
-    results_file.write_text(json.dumps(existing, indent=2, default=str) + "\n")
-    section = markdown(results)
-    if not report.update_readme(readme, section, markers=README_MARKERS):
-        log.warning("%s has no big-clusters markers; the table is only printed", readme)
-    return section
+    return report.record_section(
+        results, "big_clusters", markdown(results), results_file, readme, README_MARKERS
+    )
 
 
 def ok(results: dict[str, Any]) -> bool:

@@ -377,13 +377,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def record(results: dict[str, Any], results_file: Path, readme: Path) -> str:
     """Put `results` into results.json (key `fixed_cost`) and the README; the section text."""
-    existing = json.loads(results_file.read_text()) if results_file.exists() else {}
-    existing["fixed_cost"] = results
-    results_file.write_text(json.dumps(existing, indent=2, default=str) + "\n")
-    section = markdown(results)
-    if not report.update_readme(readme, section, markers=README_MARKERS):
-        log.warning("%s has no fixed-cost markers; the table is only printed", readme)
-    return section
+    return report.record_section(
+        results, "fixed_cost", markdown(results), results_file, readme, README_MARKERS
+    )
 
 
 def baseline_option(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

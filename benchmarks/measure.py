@@ -33,12 +33,15 @@ number of such readings is recorded.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -221,3 +224,18 @@ def _sample(root: psutil.Process, peaks: _Peaks, due: bool) -> bool:
     peaks.tree_pss = max(peaks.tree_pss, pss_sum)
     peaks.pss_samples += 1
     return True
+
+
+def run_check(comparisons: list[dict[str, Any]], out_dir: Path, cwd: Path) -> dict[str, Any]:
+    """`benchmarks.check` over `comparisons` (name, expected, actual outputs), in one Spark
+    process of its own: its verdicts, or a failed check saying where its log is."""
+    plan_file, verdict_file = out_dir / "check-plan.json", out_dir / "check.json"
+    plan_file.write_text(json.dumps(comparisons, indent=2) + "\n")
+    command = [sys.executable, "-m", "benchmarks.check", "--plan", str(plan_file)]
+    command += ["--out", str(verdict_file), "--log-dir", str(out_dir / "check-logs")]
+    measured = run_measured(command, log=out_dir / "check.log", cwd=cwd, timeout_s=3600)
+    if not verdict_file.exists():
+        error = f"the check did not finish (exit {measured.exit_code}), see {measured.log}"
+        return {"check": {"ok": False, "error": error}}
+    verdicts: dict[str, Any] = json.loads(verdict_file.read_text())
+    return verdicts

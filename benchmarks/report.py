@@ -7,6 +7,8 @@ sits between two marker comments and is rewritten whole.
 
 from __future__ import annotations
 
+import json
+import logging
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +24,8 @@ from benchmarks.engines import (
     LOGMETRICS_PLAIN,
     NAIVE,
 )
+
+log = logging.getLogger("benchmarks")
 
 README_START = "<!-- bench:results:start -->"
 README_END = "<!-- bench:results:end -->"
@@ -451,3 +455,21 @@ def update_readme(
     _, tail = rest.split(end, 1)
     readme.write_text(f"{head}{start}\n{section}{end}{tail}", encoding="utf-8")
     return True
+
+
+def record_section(
+    results: dict[str, Any],
+    key: str,
+    section: str,
+    results_file: Path,
+    readme: Path,
+    markers: tuple[str, str],
+) -> str:
+    """A stage's `results` under `key` in results.json (the other stages' kept) and its
+    `section` between `markers` in the README; the section, for the terminal."""
+    existing = json.loads(results_file.read_text()) if results_file.exists() else {}
+    existing[key] = results
+    results_file.write_text(json.dumps(existing, indent=2, default=str) + "\n")
+    if not update_readme(readme, section, markers=markers):
+        log.warning("%s has no %s markers; the table is only printed", readme, key)
+    return section

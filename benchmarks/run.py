@@ -27,7 +27,6 @@ import argparse
 import datetime as dt
 import json
 import logging
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -216,17 +215,8 @@ def check_outputs(plan: Plan, out_dir: Path, records: list[RunRecord]) -> dict[s
                 )
     if not comparisons:
         return {}
-    plan_file, verdict_file = out_dir / "check-plan.json", out_dir / "check.json"
-    plan_file.write_text(json.dumps(comparisons, indent=2) + "\n")
     log.info("checking %d output(s) against the DuckDB reference", len(comparisons))
-    command = [sys.executable, "-m", "benchmarks.check", "--plan", str(plan_file)]
-    command += ["--out", str(verdict_file), "--log-dir", str(out_dir / "check-logs")]
-    measured = run_measured(command, log=out_dir / "check.log", cwd=REPO, timeout_s=3600)
-    if not verdict_file.exists():
-        error = f"the check did not finish (exit {measured.exit_code}), see {measured.log}"
-        return {"check": {"ok": False, "error": error}}
-    verdicts: dict[str, Any] = json.loads(verdict_file.read_text())
-    return verdicts
+    return measure.run_check(comparisons, out_dir, REPO)
 
 
 def comparison_name(workload: Workload, engine: Engine) -> str:
