@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 import reference
 from logmetrics.rules.cluster_keys import cluster_keys
-from logmetrics.rules.crowding import crowding_candidates, crowding_rows, slot_counts
+from logmetrics.rules.crowding import crowding_candidates, crowding_rows
 from logmetrics.rules.daily import (
     daily_from_sums,
     day_sums,
@@ -248,8 +248,7 @@ def test_sweep_cost_and_segments_equal_reference(
     sums_df = spark.createDataFrame(day_sums(segmented_df, ks, TOKENS_PER_SLOT).toArrow())
     # Crowding as the chunk builds it: the few candidates collected, then named (top_n 2: ties
     # at the cut-off are frequent).
-    counts_df = slot_counts(served_df, ks, TOKENS_PER_SLOT)
-    found = crowding_candidates(counts_df, ks, 2, ("surface",), USD_PER_MILLION)
+    found = crowding_candidates(served_df, ks, 2, ("surface",), TOKENS_PER_SLOT, USD_PER_MILLION)
     candidates = spark.createDataFrame(found.toArrow(), schema=found.schema)
     got = {
         table: [r.asDict() for r in df.collect()]
@@ -257,9 +256,7 @@ def test_sweep_cost_and_segments_equal_reference(
             "daily": daily_from_sums(sums_df, calendar, threshold=2),
             "sweep": k_sweep(sums_df, sweep_calendar),
             "cost": redundancy_cost(sums_df, calendar, TOKENS_PER_SLOT, USD_PER_MILLION),
-            "crowding": crowding_rows(
-                candidates, counts_df, cluster_keys(clusters_df), 2, ("surface",)
-            ),
+            "crowding": crowding_rows(candidates, cluster_keys(clusters_df), 2),
         }.items()
     }
     ref_rows = [

@@ -43,7 +43,7 @@ from logmetrics.quality.facts import (
 from logmetrics.quality.gx_suite import CheckResult, evaluate
 from logmetrics.quality.policy import DayVerdict, describe, verdicts
 from logmetrics.rules.alerts import alert_rows
-from logmetrics.rules.crowding import crowding_candidates, crowding_rows, slot_counts
+from logmetrics.rules.crowding import crowding_candidates, crowding_rows
 from logmetrics.rules.daily import (
     daily_from_sums,
     day_sums,
@@ -261,31 +261,23 @@ class Chunk:
         ], alerts
 
     def _crowding(self, served_df: DataFrame, keys_df: DataFrame) -> DataFrame:
-        """unique_clusters_crowding's rows: the repeated slots counted once (`slot_counts`,
-        persisted while used), the candidates (a few thousand rows) collected, named, and
-        given their examples; the rows (a few thousand) collected too, so that the counts are
-        dropped before the write. Built in the table's write thread."""
+        """unique_clusters_crowding's rows: the candidates (a few thousand rows, from one
+        aggregation of the repeated slots, counts and examples together) collected once, then
+        named. Built in the table's write thread."""
         metrics, cost = self.config.metrics, self.config.cost
         top_n = self.config.crowding.top_clusters
-        with self.phases.timed("crowding"):
-            counts_df = slot_counts(served_df, metrics.ks, cost.tokens_per_slot).persist(
-                StorageLevel.MEMORY_AND_DISK
+        with self.phases.timed("crowding candidates"):
+            candidates = self._local(
+                crowding_candidates(
+                    served_df,
+                    metrics.ks,
+                    top_n,
+                    metrics.segment_by,
+                    cost.tokens_per_slot,
+                    cost.usd_per_million_input_tokens,
+                )
             )
-            try:
-                candidates = self._local(
-                    crowding_candidates(
-                        counts_df,
-                        metrics.ks,
-                        top_n,
-                        metrics.segment_by,
-                        cost.usd_per_million_input_tokens,
-                    )
-                )
-                return self._local(
-                    crowding_rows(candidates, counts_df, keys_df, top_n, metrics.segment_by)
-                )
-            finally:
-                counts_df.unpersist()
+        return crowding_rows(candidates, keys_df, top_n)
 
     def _alerts(self, daily_df: DataFrame, publish: list[dt.date]) -> pd.DataFrame:
         """The published days judged in date order (`alerts.alert_rows`), against the published

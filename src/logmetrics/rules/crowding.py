@@ -9,10 +9,9 @@ a key, with no array function evaluated per request and no second read:
     the repeated slots (a generator over the slots, the new ones dropped; whether each is its
     key's first repeat in the list, from built-in array lookups) -> per (day, segment values,
     key, smallest k of the slot): slots, first repeats (requests affected), tokens and the 3
-    smallest request ids, together (`slot_counts`, kept by the flow) -> spread over the
-    segment rows and the ks at or above -> the top `top_n` by redundant slots, ties kept
-    (`crowding_candidates`) -> named from the cluster table's keys, ranked with ties by the
-    key as text, cut to `top_n`, the listed keys' examples picked out (`crowding_rows`)
+    smallest request ids, together -> spread over the segment rows and the ks at or above ->
+    the top `top_n` by redundant slots (ties kept) -> named from the cluster table's keys,
+    ranked with ties by the key as text, cut to `top_n` (`crowding_rows`)
 """
 
 from __future__ import annotations
@@ -32,44 +31,46 @@ EXAMPLES = 3
 _GROUP = ("metric_date", "k", *SEGMENT_KEY)
 
 
-def slot_counts(requests_df: DataFrame, ks: Sequence[int], tokens_per_slot: int = 0) -> DataFrame:
-    """The big aggregation, once: the repeated slots per (day, the request's segment values,
-    key, the smallest k of `ks` their slot falls in), with their first repeats (requests the
-    key crowds), their tokens (each result's `tokens`, else `tokens_per_slot`) and the 3
-    smallest request ids among those requests: a few rows per key and day, from which
-    `crowding_candidates` counts and `crowding_rows` takes the examples (the flow keeps it
-    persisted between the two)."""
-    ks_sorted = sorted(set(ks))
-    return (
-        _repeated_slots(requests_df, ks_sorted, tokens_per_slot)
-        .groupBy("metric_date", *segment_value_columns(requests_df), "key", "from_k")
-        .agg(
-            F.count(F.lit(1)).alias("slots"),
-            F.count(F.when(F.col("first"), True)).alias("firsts"),
-            F.sum("tokens").alias("tokens"),
-            _smallest(F.when(F.col("first"), F.col("request_id"))).alias("examples"),
-        )
-    )
-
-
 def crowding_candidates(
-    counts_df: DataFrame,
+    requests_df: DataFrame,
     ks: Sequence[int],
     top_n: int,
     segment_by: Sequence[str] = (),
+    tokens_per_slot: int = 0,
     usd_per_million_input_tokens: float = 0.0,
 ) -> DataFrame:
     """Per (day, k, segment row), every key tied with the `top_n`-th or above by redundant
-    slots, with its requests affected, its share of the row's redundant slots and the tokens
-    of its redundant slots and their price: a few thousand rows. `counts_df` is `slot_counts`:
-    only its counts are spread over the segment rows and added up, one sum per k of the counts
-    from that k or below. The tie-break by text comes after the keys are named
-    (`crowding_rows`), which is only done for these."""
+    slots, with its requests affected, its share of the row's redundant slots, the tokens of
+    its redundant slots (each result's `tokens`, else `tokens_per_slot`) and their price, and
+    its example request ids: a few thousand rows. The tie-break by text comes after the keys
+    are named (`crowding_rows`), which is only done for these.
+
+    Two aggregations, the big one first: the repeated slots are counted per (day, the request's
+    segment values, key, the smallest k of `ks` their slot falls in), a few rows per key and
+    day; only those counts are spread over the segment rows and added up there, one sum per k
+    of the counts from that k or below."""
     ks_sorted = sorted(set(ks))
-    spread = counts_df.transform(with_segments, segment_by)
+    repeats = _repeated_slots(requests_df, ks_sorted, tokens_per_slot)
+    by_slot_k = repeats.groupBy(
+        "metric_date", *segment_value_columns(requests_df), "key", "from_k"
+    ).agg(
+        F.count(F.lit(1)).alias("slots"),
+        F.count(F.when(F.col("first"), True)).alias("firsts"),
+        F.sum("tokens").alias("tokens"),
+        _smallest(F.when(F.col("first"), F.col("request_id"))).alias("examples"),
+    )
+    per_row = by_slot_k.transform(with_segments, segment_by).groupBy(
+        "metric_date", *SEGMENT_KEY, "key"
+    )
+    # Per k, the repeats at slots within it: those counted from a k at or below.
     within = {k: F.col("from_k") <= k for k in ks_sorted}
-    sums = spread.groupBy("metric_date", *SEGMENT_KEY, "key").agg(
-        *[F.sum(F.when(within[k], F.col(c))).alias(f"{c}_{k}") for c in _SUMS for k in ks_sorted]
+    sums = per_row.agg(
+        *[F.sum(F.when(within[k], F.col(c))).alias(f"{c}_{k}") for c in _SUMS for k in ks_sorted],
+        # A few short lists per key: the smallest of each `from_k` up to k, cut below.
+        *[
+            F.collect_list(F.when(within[k], F.col("examples"))).alias(f"examples_{k}")
+            for k in ks_sorted
+        ],
     )
     per_k = F.array(
         *[
@@ -78,6 +79,9 @@ def crowding_candidates(
                 F.col(f"slots_{k}").alias("redundant_slots"),
                 F.col(f"firsts_{k}").alias("requests_affected"),
                 F.col(f"tokens_{k}").alias("redundant_tokens"),
+                F.slice(F.array_sort(F.flatten(f"examples_{k}")), 1, EXAMPLES).alias(
+                    "example_request_ids"
+                ),
             )
             for k in ks_sorted
         ]
@@ -101,66 +105,36 @@ def crowding_candidates(
     )
 
 
-def _examples(counts_df: DataFrame, top_df: DataFrame, segment_by: Sequence[str]) -> DataFrame:
-    """(group, key, example_request_ids) of the listed keys only: their `slot_counts` rows
-    (each with the smallest ids of its `from_k`), picked by a broadcast of the few listed
-    keys, merged per k from the `from_k`s at or below it."""
-    listed = top_df.select(*_GROUP, "key")
-    picked = (
-        counts_df.join(
-            F.broadcast(listed.select("metric_date", "key").distinct()),
-            on=["metric_date", "key"],
-            how="left_semi",
-        )
-        .transform(with_segments, segment_by)
-        .join(F.broadcast(listed), on=["metric_date", *SEGMENT_KEY, "key"], how="inner")
-        .where(F.col("from_k") <= F.col("k"))
-    )
-    return picked.groupBy(*_GROUP, "key").agg(
-        F.slice(F.array_sort(F.flatten(F.collect_list("examples"))), 1, EXAMPLES).alias(
-            "example_request_ids"
-        )
-    )
-
-
 _SUMS = ("slots", "firsts", "tokens")
 
 
-def crowding_rows(
-    candidates_df: DataFrame,
-    counts_df: DataFrame,
-    keys_df: DataFrame,
-    top_n: int,
-    segment_by: Sequence[str] = (),
-) -> DataFrame:
+def crowding_rows(candidates_df: DataFrame, keys_df: DataFrame, top_n: int) -> DataFrame:
     """The table's rows from `crowding_candidates`: the keys named from `keys_df`
     (`cluster_keys.cluster_keys` of the whole cluster table under the salt the requests were
-    keyed with), ranked with ties by the key as text, cut to `top_n`, with the example request
-    ids of each from `counts_df` (`slot_counts`)."""
+    keyed with), ranked with ties by the key as text, cut to `top_n`."""
     group = Window.partitionBy(*_GROUP)
     order = group.orderBy(
         F.desc("redundant_slots"),
         F.coalesce("cluster_id", "chunk_id"),
         F.col("cluster_id").isNull(),
     )
-    top = (
+    return (
         candidates_df.transform(_named, keys_df)
         .withColumn("rank", F.row_number().over(order))
         .where(F.col("rank") <= top_n)
-    )
-    # Every listed key has a redundant slot, so a request it crowds: the join keeps every row.
-    return top.join(_examples(counts_df, top, segment_by), on=[*_GROUP, "key"], how="inner").select(
-        *_GROUP,
-        "rank",
-        "cluster_id",
-        "chunk_id",
-        "redundant_slots",
-        "requests_affected",
-        "share_of_redundant_slots",
-        "cluster_size",
-        "example_request_ids",
-        "redundant_tokens",
-        "redundant_usd",
+        .select(
+            *_GROUP,
+            "rank",
+            "cluster_id",
+            "chunk_id",
+            "redundant_slots",
+            "requests_affected",
+            "share_of_redundant_slots",
+            "cluster_size",
+            "example_request_ids",
+            "redundant_tokens",
+            "redundant_usd",
+        )
     )
 
 
