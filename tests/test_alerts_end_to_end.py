@@ -179,6 +179,10 @@ def test_every_row_agrees_with_the_independent_rule(
 def test_the_planted_changes_are_found_and_nothing_else(
     spark: SparkSession, built: dict[str, Any]
 ) -> None:
+    """The regressed segment alerts on both statistics at every k, the improved one improves,
+    and every other judged row is `ok`: a rule that fired one statistic only (say the mean
+    never alerting, or alerting the wrong way round), judged the tiny segment, or fired on a
+    quiet day fails."""
     rows = _alerts(spark, built["warehouse"])
     status = {
         (r.metric_date, r.segment_value, r.k, r.statistic): r.status for r in rows.itertuples()
