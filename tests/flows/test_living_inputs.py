@@ -361,12 +361,26 @@ def test_a_new_cluster_table_restates_every_day_of_a_backfills_range_and_no_othe
         assert {d: r for d, r in after[name].items() if d not in restated} == kept_before, name
 
 
+def _error_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The `logmetrics:` lines of stderr since the last read."""
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("logmetrics:")]
+
+
 def test_a_day_without_its_ready_marker_is_not_published_until_it_has_one(
     spark: SparkSession, generated: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A day without its ready marker: `ready` and `run` exit 5, and a backfill over it
+    publishes the ready days and exits 5; each says, in one whole line, which day is not ready,
+    why, and that nothing was computed for it (`ready` computes nothing: it says the logs have
+    not all landed). A line that named the day but not what was done about it (the backfill's
+    old 'the other days were computed'), or a run that published the day, fails."""
     data = _copy(generated, tmp_path, 3)
+
+    def marker(n: int) -> Path:
+        return _partition(data, day(n)) / "_SUCCESS"
+
     for n in (1, 2):
-        (_partition(data, day(n)) / "_SUCCESS").touch()
+        marker(n).touch()
     warehouse = tmp_path / "wh"
     config = _config(data, warehouse, "nightly: {lookback_days: 1}")
     config.write_text(
@@ -374,26 +388,23 @@ def test_a_day_without_its_ready_marker_is_not_published_until_it_has_one(
             "format: parquet}", "format: parquet, ready_marker: _SUCCESS}", 1
         )
     )
+    missing = f"logmetrics: error: input not ready: {day(3)}: no {marker(3)}"
     assert main(_argv("ready", config, day(2))) == 0
     assert main(_argv("ready", config, day(3))) == 5
-    assert f"{day(3)}" in capsys.readouterr().err
+    assert _error_lines(capsys) == [f"{missing}; its logs have not all landed"]
     assert main(_argv("run", config, day(3))) == 5
+    assert _error_lines(capsys) == [f"{missing}; nothing was computed"]
     assert not (warehouse / "unique_clusters_daily").exists()
 
-    capsys.readouterr()
     assert main(_argv("backfill", config, day(1), day(3))) == 5  # the ready days are computed
-    errors = [
-        line for line in capsys.readouterr().err.splitlines() if line.startswith("logmetrics:")
-    ]
-    assert errors == [
-        f"logmetrics: error: input not ready: {day(3)}: no {_partition(data, day(3)) / '_SUCCESS'}"
-        "; nothing was computed for it, only for the ready days"
+    assert _error_lines(capsys) == [
+        f"{missing}; nothing was computed for it, only for the ready days"
     ]
     assert _finished(spark, warehouse) == [
         (day(1), "published", "new"),
         (day(2), "published", "new"),
     ]
-    (_partition(data, day(3)) / "_SUCCESS").touch()
+    marker(3).touch()
     assert main(_argv("run", config, day(3))) == 0
     published = _table(spark, warehouse, "unique_clusters_daily").select("metric_date").distinct()
     assert sorted(r.metric_date for r in published.collect()) == [day(1), day(2), day(3)]
@@ -402,7 +413,7 @@ def test_a_day_without_its_ready_marker_is_not_published_until_it_has_one(
 def test_a_spark_error_leaves_failed_rows_and_the_next_run_computes_those_days(
     spark: SparkSession, generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two chunks of one day, the second failing in Spark: the first chunk's day stays
+    """Two one-day chunks, the second failing in Spark: the first chunk's day stays
     `published`, with its numbers; only the second's gets `failed`, with the error's line, and
     the next run computes that day alone. A run that marked every day of the run failed, or
     lost the first chunk's writes, fails."""
