@@ -9,10 +9,12 @@ pure-Python reference over the same logs: unique_clusters_by_query, unique_clust
 unique_clusters_k_sweep and redundancy_cost_daily equal it row for row; quarantine holds the
 rows it sets aside (day, reason, request id: none in these logs) and, per day, as many
 unusable entries; unique_clusters_alerts equals its rule over the published daily rows (two
-days of too few queries: the verdicts are fixed, the values are compared). Not compared:
-data_quality (no reference computes great-expectations' checks; tests/quality checks them on
-the suite's line), missing_cluster_chunks and the job_runs ledger. `make test-compat` runs
-this (`make test` skips it).
+days of too few queries: the verdicts are fixed, the values are compared);
+unique_clusters_crowding (on by default) equals `reference.crowding` in every column: rank,
+key, redundant slots, requests affected, share, cluster size, example request ids, tokens and
+their price. Not compared: data_quality (no reference computes great-expectations' checks;
+tests/quality checks them on the suite's line), missing_cluster_chunks and the job_runs
+ledger. `make test-compat` runs this (`make test` skips it).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import reference
+from logmetrics.config import CrowdingConfig
 from logmetrics.demo import generate_dataset
 from logmetrics.session import delta_package, resolve_lock
 
@@ -298,16 +301,30 @@ def test_the_tables_equal_the_reference(
     )
     assert len(alerts) == len(expected) == DAYS * len(KS) * 2
     for got, want in zip(alerts, expected, strict=True):
-        mismatched = {
-            c: (got[c], v)
-            for c, v in want.items()
-            if not (
-                got[c] == pytest.approx(v, rel=1e-12, abs=1e-15)
-                if isinstance(v, float)
-                else got[c] == v
-            )
-        }
-        assert mismatched == {}, want
+        assert _mismatched(got, want) == {}, want
+
+    # Crowding (on by default): the top keys of each day and k, every column.
+    expected = reference.crowding(rows, clusters, KS, CrowdingConfig().top_clusters, START, END)
+    crowding = _rows(
+        spark, warehouse, "unique_clusters_crowding", ["metric_date", "k", "rank"], drop
+    )
+    assert len(crowding) == len(expected) > 0
+    for got, want in zip(crowding, expected, strict=True):
+        assert got.keys() == want.keys()
+        assert _mismatched(got, want) == {}, want
+
+
+def _mismatched(got: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
+    """The columns of `got` that differ from `want`'s, floats to 12 digits."""
+    return {
+        c: (got[c], v)
+        for c, v in want.items()
+        if not (
+            got[c] == pytest.approx(v, rel=1e-12, abs=1e-15)
+            if isinstance(v, float)
+            else got[c] == v
+        )
+    }
 
 
 def _expected_quarantine(
