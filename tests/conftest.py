@@ -44,6 +44,7 @@ LONGEST_FIRST = (
     "test_alerts_end_to_end.py",  # 112 s
     "test_properties.py",  # 106 s
     "test_reliability.py",  # 98 s
+    "test_restatements.py",  # about 90 s: one backfill, three runs (2026-12-06, alone)
     "test_gate_policy.py",  # 88 s
     "test_evaluation.py",  # 83 s
     "test_report.py",  # 51 s

@@ -163,6 +163,37 @@ def test_ready_and_a_run_for_a_day_not_ready_start_no_spark(tmp_path: Path) -> N
     assert not (tmp_path / "wh").exists()
 
 
+def test_without_a_marker_ready_and_a_run_for_a_day_without_files_start_no_spark(
+    tmp_path: Path,
+) -> None:
+    """With no ready marker configured (the default), a local Parquet day is judged by its
+    files' footers: `ready` for a day with files (0) and one without (5), and `run` for the day
+    without (5, nothing computed), all with no `java` process under them and no Spark log. A
+    `run` that started Spark to find the day empty (as it once did), or a `ready` that read
+    the files through Spark, fails."""
+    generate(tmp_path / "data", START, days=1, queries_per_day=5, seed=5)
+    empty = START + dt.timedelta(days=3)
+    (tmp_path / "job.yaml").write_text(
+        "inputs:\n"
+        "  served_logs: {path: data/served_logs}\n"
+        "  clusters: {path: data/clusters_parquet, format: parquet}\n"
+        "output: {warehouse: wh}\n"
+        "spark: {master: 'local[1]', driver_memory: 1g}\n"
+    )
+    config = ("--config", "job.yaml")
+    ready = _watched("ready", *config, "--date", str(START), cwd=tmp_path)
+    not_ready = _watched("ready", *config, "--date", str(empty), cwd=tmp_path)
+    run = _watched("run", *config, "--date", str(empty), cwd=tmp_path)
+    assert [status for status, _, _ in (ready, not_ready, run)] == [0, 5, 5], run[1]
+    missing = f"input not ready: {empty}: no log file holds a row of it"
+    assert run[1].splitlines()[-1] == f"logmetrics: error: {missing}; nothing was computed"
+    for _, err, seen in (ready, not_ready, run):
+        assert not any("java" in name for name in seen), seen
+        assert "starting local Spark" not in err
+    assert not list((tmp_path / "logs").glob("spark-*.log"))
+    assert not (tmp_path / "wh").exists()
+
+
 def test_a_broadcast_too_large_for_the_driver_takes_the_next_plan(tmp_path: Path) -> None:
     """A small driver (512m: with Comet, a 0.2 GiB native pool) told to broadcast a whole
     cluster table of 1M chunks it cannot hold: the broadcast runs out of memory, the run says

@@ -607,6 +607,20 @@ def _not_ready(
     return {d: f"no {path}" for d, path in missing_ready_markers(source, days, spark).items()}
 
 
+def _without_files_by_footers(config: Config, days: Sequence[dt.date]) -> dict[dt.date, str]:
+    """The days of `days` no log file holds a row of, when that makes them not ready (no ready
+    marker configured, empty days not allowed), as local Parquet footers say it without Spark;
+    a day they cannot judge (other formats, a remote path, a file they cannot place) is left to
+    the run's narrow pass."""
+    source = config.inputs.logs()
+    if source.ready_marker is not None or source.allow_empty_days:
+        return {}
+    from logmetrics.flows.inputs import NO_LOG_FILES, footer_day_files
+
+    found = {day: footer_day_files(source, day) for day in days}
+    return {d: NO_LOG_FILES for d, files in found.items() if files is not None and not files.files}
+
+
 def _not_ready_line(missing: dict[dt.date, str], what_happened: str) -> str:
     days = sorted(missing)
     more = f" (and {len(days) - 1} more day(s) like it)" if len(days) > 1 else ""
@@ -639,6 +653,8 @@ def _compute(
     days = considered_days(start, end)
     remote = needs_spark_for_readiness(config.inputs.logs())
     not_ready = {} if remote else _not_ready(config, days)
+    if not remote:  # `run`'s own day without files: said before Spark starts, as `ready` does
+        not_ready |= _without_files_by_footers(config, [d for d in required if d not in not_ready])
     computed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
     warm_up(config.quality)  # great-expectations loads while Spark starts
     _stop_if_not_ready(not_ready, required, seen_only)
