@@ -2,15 +2,17 @@
 
 Scans the logs for corrupt files first (a Parquet file off the contract, known from its footer,
 stops the run before anything else is read; the CLI scans local Parquet logs before Spark
-starts: `scan_ahead`), reads the cluster table, finds each day's inputs (one narrow pass, while
-the ledger is read beside it), leaves alone the days no log file holds a row of (not ready,
-unless `allow_empty_days`), computes the days whose inputs, cluster table or config changed
-since they were last computed (a resumed backfill skips the rest), writes the run's `started`
-rows, then computes each chunk (`chunk.Chunk`) while the chunk before it is written, so the
-writes of one overlap the main pass of the next. A hash collision in the cluster keys (`keys`)
-computes the chunk again under the next salt, and a broadcast of them that runs out of memory
-with the next plan. The terminal hears of a chunk while it computes
-(`Progress`) and once it is written; the log keeps a record per day.
+starts: `scan_ahead`). Then the reads that need only the considered days run side by side: the
+ledger and the published history beside the cluster table and each day's inputs (one narrow
+pass). The run leaves alone the days no log file holds a row of (not ready, unless
+`allow_empty_days`), computes the days whose inputs, cluster table or config changed since
+they were last computed (a resumed backfill skips the rest), commits the run's `started` rows
+beside the first chunk's main pass (no table is written before them), then computes each chunk
+(`chunk.Chunk`) while the chunk before it is written, so the writes of one overlap the main
+pass of the next. A hash collision in the cluster keys (`keys`) computes the chunk again under
+the next salt, and a broadcast of them that runs out of memory with the next plan. The terminal
+hears of a chunk while it computes (`Progress`) and once it is written; the log keeps a record
+per day.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
@@ -33,7 +36,7 @@ from logmetrics.flows.calibration import (
     publish_calibration,
     warn_uncalibrated,
 )
-from logmetrics.flows.chunk import Chunk, DayResult, Writing
+from logmetrics.flows.chunk import Chunk, DayResult, Writing, chunk_tables
 from logmetrics.flows.history import PublishedDaily, published_before
 from logmetrics.flows.inputs import NO_LOG_FILES, DayInputs, day_inputs
 from logmetrics.flows.keys import (
@@ -45,6 +48,7 @@ from logmetrics.flows.keys import (
     start_cluster_keys,
 )
 from logmetrics.flows.side_steps import SideSteps
+from logmetrics.flows.writes import RunWrites, run_position
 from logmetrics.phases import Phases
 from logmetrics.quality.policy import describe
 from logmetrics.session import broadcast_memory
@@ -62,6 +66,7 @@ class RunSummary:
     days: list[DayResult] = field(default_factory=list)  # computed, in date order
     skipped: list[dt.date] = field(default_factory=list)  # done from the same inputs and config
     not_ready: dict[dt.date, str] = field(default_factory=dict)  # left alone, and why
+    left: dict[dt.date, str] = field(default_factory=dict)  # to a later run (its id)
     alerts: int = 0
     improvements: int = 0
 
@@ -130,28 +135,72 @@ def run_range(
             if scanned is None:
                 scanned = scan_ahead(spark, config, considered)
             corrupt = _corrupt_inputs(spark, config, scanned)
+    if not considered:
+        with phases.timed("inputs"):
+            clusters = read_clusters(spark, config.inputs.clusters)
+            checked_calibration(spark, config)  # a bad calibration file is said all the same
+        return RunSummary(run_id=run_id, cluster_table_version=clusters.version)
+    with SideSteps(phases) as side:
+        # The ledger and the published history (from the longest look-back before the first
+        # considered day: what any computed day needs) are read from here, beside the cluster
+        # table and the days' inputs: the process's first queries pay the JVM's warm-up once.
+        ledger_read = side.submit(
+            "ledger read", ledger.read_ledger, spark, config.output, considered
+        )
+        daily = PublishedDaily(
+            side.submit("published history", published_before, spark, config, considered)
+        )
+        return _run_days(
+            spark,
+            config,
+            run_id,
+            computed_at,
+            considered,
+            corrupt,
+            ledger_read,
+            daily,
+            always,
+            seen_only,
+            required,
+            phases,
+            side,
+        )
+
+
+def _run_days(
+    spark: SparkSession,
+    config: Config,
+    run_id: str,
+    computed_at: dt.datetime,
+    considered: list[dt.date],
+    corrupt: list[CorruptInput],
+    ledger_read: Future[ledger.LedgerRead],
+    daily: PublishedDaily,
+    always: Collection[dt.date],
+    seen_only: Collection[dt.date],
+    required: Collection[dt.date],
+    phases: Phases,
+    side: SideSteps,
+) -> RunSummary:
+    """`run_range` once the ledger's and the history's reads are under way: the cluster table,
+    the days' inputs, the plan, the computation."""
     with phases.timed("inputs"):
         clusters = read_clusters(spark, config.inputs.clusters)
         cluster_state = clusters_state(spark, config.inputs.clusters, clusters)
         calibration = checked_calibration(spark, config)  # checked before anything is published
     stamp = RunStamp(run_id, computed_at, clusters.version)
     summary = RunSummary(run_id=run_id, cluster_table_version=clusters.version)
-    if not considered:
-        return summary
-    with SideSteps(phases) as side:  # the ledger is read while the days' inputs are looked at
-        ledger_read = side.submit(
-            "ledger read", ledger.previous_runs, spark, config.output, considered
-        )
-        published = (  # once the inputs are known readable, beside the narrow pass
-            None
-            if calibration is None
-            else side.submit("calibration", publish_calibration, spark, config, calibration, stamp)
-        )
-        with phases.timed("input state"):
-            inputs = day_inputs(spark, config, cluster_state, considered, corrupt)
-        previous = ledger_read.result()
-        if published is not None:
-            published.result()
+    published = (  # once the inputs are known readable, beside the narrow pass
+        None
+        if calibration is None
+        else side.submit("calibration", publish_calibration, spark, config, calibration, stamp)
+    )
+    with phases.timed("input state"):
+        inputs = day_inputs(spark, config, cluster_state, considered, corrupt)
+    read = ledger_read.result()
+    previous = read.previous
+    if published is not None:
+        published.result()
     empty = _without_files(config, considered, inputs, corrupt)
     # A day looked back on that was never computed is left alone anyway: nothing to say.
     summary.not_ready = {d: r for d, r in empty.items() if d not in seen_only or d in previous}
@@ -170,7 +219,19 @@ def run_range(
     )
     try:
         _compute_days(
-            spark, config, stamp, dates, inputs, reasons, corrupt, clusters, summary, phases
+            spark,
+            config,
+            stamp,
+            dates,
+            inputs,
+            reasons,
+            corrupt,
+            clusters,
+            daily,
+            read,
+            summary,
+            phases,
+            side,
         )
     except BaseException as exc:
         finished = {day.metric_date for day in summary.days}
@@ -263,8 +324,11 @@ def _compute_days(
     reasons: Mapping[dt.date, str],
     corrupt: list[CorruptInput],
     clusters: ClusterSnapshot,
+    daily: PublishedDaily,
+    read: ledger.LedgerRead,
     summary: RunSummary,
     phases: Phases,
+    side: SideSteps,
 ) -> None:
     """The days, a chunk at a time: each chunk's tables are written while the next is computed."""
     with phases.timed("cluster table rows"):
@@ -273,23 +337,31 @@ def _compute_days(
     memory = broadcast_memory(spark)
     plan = first_plan(config.backfill.broadcast_max_chunks, table_rows, memory)
     kept = kept_keys(config, inputs[dates[0]].clusters, table_rows)
+    # One `started` row per day of the run, in one commit beside the first chunk's main pass;
+    # no table is written before it is (`Computed.start_writes`).
+    started = side.submit(
+        "ledger started",
+        ledger.record,
+        spark,
+        config,
+        stamp,
+        [(d, ledger.STARTED, None) for d in dates],
+        inputs,
+        reasons,
+    )
+    writes = RunWrites(
+        spark,
+        config.output,
+        stamp,
+        frozenset(d for d in dates if d not in read.previous),
+        side.submit(
+            "ledger position", run_position, spark, config.output, read, stamp.run_id, after=started
+        ),
+        side,
+    )
     began = time.monotonic()
-    with SideSteps(phases) as side, Progress(phases) as progress:
-        keys = start_cluster_keys(clusters.df, 0, side, kept)
-        # One `started` row per day of the run, in one commit beside the first chunk's work.
-        started = side.submit(
-            "ledger started",
-            ledger.record,
-            spark,
-            config,
-            stamp,
-            [(d, ledger.STARTED, None) for d in dates],
-            inputs,
-            reasons,
-        )
-        daily = PublishedDaily(
-            side.submit("published history", published_before, spark, config, dates)
-        )
+    keys = start_cluster_keys(clusters.df, 0, side, kept)
+    with Progress(phases) as progress:
         # A chunk's tables are written while the next chunk is computed (its main pass keeps
         # both cores busy while the commits wait on the driver); the writes of two chunks never
         # overlap, and each chunk's `published` ledger rows follow its own commits.
@@ -300,11 +372,22 @@ def _compute_days(
             if pending is not None:
                 writing, chunk_began = pending
                 pending = None
-                days, (alerts, improvements) = writing.finish()
-                summary.days.extend(days)
-                summary.alerts += alerts
-                summary.improvements += improvements
-                _log_progress(summary, days, len(dates), chunk_began, began)
+                done = writing.finish()
+                summary.days.extend(done.days)
+                summary.alerts += done.alerts
+                summary.improvements += done.improvements
+                summary.left.update(done.left)
+                if done.days:
+                    _log_progress(summary, done.days, len(dates), chunk_began, began)
+                if done.left:
+                    them = "them" if len(done.left) > 1 else "it"
+                    say(
+                        log,
+                        f"{days_text(sorted(done.left))}: left to run "
+                        f"{', '.join(sorted(set(done.left.values())))}, which began {them} after "
+                        f"this one (its own rows of {them} deleted)",
+                        left=len(done.left),
+                    )
                 progress.said()
 
         try:
@@ -323,6 +406,7 @@ def _compute_days(
                     phases,
                     side,
                     started,
+                    writes.for_chunk(chunk_dates, chunk_tables(config)),
                     daily,
                 )
                 while True:
@@ -344,6 +428,7 @@ def _compute_days(
                 finish_pending()  # the last chunk, or the one written while a later one failed
             finally:
                 keys.unpersist()
+                wait([started])  # a failed run's `failed` rows follow its `started` rows
 
 
 def _record_failure(

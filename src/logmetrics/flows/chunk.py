@@ -6,15 +6,18 @@
             redundancy cost, crowding (all traffic and segments) and their alerts
 
 `Chunk.compute` runs the pass and builds every table's rows, nothing written;
-`Computed.start_writes` submits their commits, side by side, and returns (the backfill computes
-the next chunk meanwhile); `Writing.finish` waits for them and then appends the days'
-`published` / `held` ledger rows. The rules are in `rules` and `quality`; the tables in
-`tables`.
+`Computed.start_writes` submits their commits, side by side, once the run's `started` rows are
+committed, and returns (the backfill computes the next chunk meanwhile); each is an append where
+its days are new, a replaceWhere otherwise (`flows.writes`). `Writing.finish` waits for them,
+leaves to a later run any appended day it began meanwhile (`ChunkWrites.recheck`), and then
+appends the other days' `published` / `held` ledger rows. The rules are in `rules` and
+`quality`; the tables in `tables`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, wait
 from contextlib import nullcontext
@@ -33,6 +36,7 @@ from logmetrics.flows.history import PublishedDaily
 from logmetrics.flows.inputs import DayInputs
 from logmetrics.flows.keys import ChunkKeys, ClusterKeys, KeysPlan, keys_for_chunk
 from logmetrics.flows.side_steps import SideSteps, wait_all
+from logmetrics.flows.writes import ChunkWrites
 from logmetrics.phases import Phases
 from logmetrics.quality.facts import (
     day_facts,
@@ -72,10 +76,11 @@ from logmetrics.tables.catalog import (
     RunStamp,
     Table,
     by_query_table,
-    replace_dates,
 )
 from logmetrics.tables.file_scan import CorruptInput
 from logmetrics.tables.sources import read_served_logs
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,21 @@ Write = tuple[Rows, Table]
 """A table's rows for the chunk's days (or the published ones), and the table."""
 
 
+def chunk_tables(config: Config) -> list[Table]:
+    """Every table a chunk may write (`Chunk._diagnostics`, `Chunk._published`)."""
+    return [
+        QUARANTINE_TABLE,
+        MISSING_CLUSTER_CHUNKS_TABLE,
+        *([DATA_QUALITY_TABLE] if config.quality.enabled else []),
+        by_query_table(config.metrics.segment_by),
+        DAILY_TABLE,
+        K_SWEEP_TABLE,
+        REDUNDANCY_COST_TABLE,
+        ALERTS_TABLE,
+        *([CROWDING_TABLE] if config.crowding.enabled else []),
+    ]
+
+
 @dataclass(frozen=True)
 class Chunk:
     """One chunk of days: computed from one read of the logs, then checked and published."""
@@ -107,6 +127,7 @@ class Chunk:
     phases: Phases
     side: SideSteps  # the run's side steps
     started: Future[None]  # the run's `started` ledger rows
+    writes: ChunkWrites  # how each table is written (`flows.writes`)
     daily: PublishedDaily  # the published daily rows before and during the run
 
     def compute(self, keys: ClusterKeys, plan: KeysPlan) -> Computed:
@@ -297,8 +318,8 @@ class Chunk:
         return self.spark.createDataFrame(df.toArrow(), schema=df.schema)
 
     def _write(self, rows: Rows, table: Table, dates: list[dt.date]) -> None:
-        df = rows() if callable(rows) else rows
-        replace_dates(self.spark, df, self.config.output, table, dates, self.stamp)
+        """Write the table's rows: appended or replaced (`ChunkWrites.write`)."""
+        self.writes.write(rows() if callable(rows) else rows, table, dates)
 
     def _corrupt_rows(self) -> DataFrame:
         """The quarantine's rows for the unreadable inputs: one per input and day it may hold."""
@@ -342,14 +363,17 @@ class Computed:
     day_verdicts: Sequence[DayVerdict]
 
     def start_writes(self) -> Writing:
-        """Submit every table's commit to the side steps, side by side with the others, and
-        return at once: the main thread computes the next chunk meanwhile."""
+        """Submit every table's commit to the side steps, side by side with the others, each
+        once the run's `started` rows are committed, and return at once: the main thread
+        computes the next chunk meanwhile."""
         chunk = self.chunk
         writes: list[Future[None]] = []
         try:
             for df, table, dates in self.tables:
-                writes.append(
-                    chunk.side.submit(f"write {table.name}", chunk._write, df, table, dates)
+                writes.append(  # no table is written before the run's `started` rows are
+                    chunk.side.submit(
+                        f"write {table.name}", chunk._write, df, table, dates, after=chunk.started
+                    )
                 )
         except BaseException:  # none is left running: the rows they read are dropped
             wait(writes)
@@ -364,28 +388,53 @@ class Computed:
 
 
 @dataclass(frozen=True)
+class ChunkDone:
+    """A chunk written: its days (in date order), the alerts and improvements announced, and
+    the days left to a run that began them later and wrote them meanwhile (`flows.writes`),
+    with that run's id."""
+
+    days: list[DayResult]
+    alerts: int
+    improvements: int
+    left: dict[dt.date, str]
+
+
+@dataclass(frozen=True)
 class Writing:
     """A computed chunk whose table writes are running (`Computed.start_writes`)."""
 
     computed: Computed
     writes: list[Future[None]]
 
-    def finish(self) -> tuple[list[DayResult], tuple[int, int]]:
+    def finish(self) -> ChunkDone:
         """Wait for the chunk's commits (and the run's `started` rows), then announce its
-        alerts and append its `published` ledger rows: they follow all of its commits. The
-        days, and the numbers of alerts and improvements announced."""
+        alerts and append its `published` ledger rows: they follow all of its commits. An
+        appended day another run began since this one did is left to it
+        (`ChunkWrites.recheck`): no alert or ledger row of this run."""
         computed = self.computed
         chunk = computed.chunk
         try:
             wait_all([*self.writes, chunk.started])
+            with chunk.phases.timed("ledger recheck"):
+                left = chunk.writes.recheck(chunk.dates)
         finally:
             wait(self.writes)  # no write still reads the cached requests
             computed.release()
+        for day, run in sorted(left.items()):
+            log.info(
+                "%s: left to run %s, which began it after this one",
+                day,
+                run,
+                extra={"fields": {"metric_date": str(day), "left_to": run}},
+            )
+        dates = [d for d in chunk.dates if d not in left]
+        alerts = computed.alerts
+        if not alerts.empty and left:
+            alerts = alerts[~alerts["metric_date"].isin(set(left))]
         fired = (0, 0)
         if computed.publish:
             fired = announce(
-                computed.alerts,
-                culprit_rows(chunk.spark, chunk.config, computed.alerts, chunk.daily.rows()),
+                alerts, culprit_rows(chunk.spark, chunk.config, alerts, chunk.daily.rows())
             )
         counts = {
             r.metric_date: {
@@ -395,25 +444,26 @@ class Writing:
             }
             for r in computed.facts.itertuples()
         }
-        with chunk.phases.timed("ledger published"):
-            ledger.record(
-                chunk.spark,
-                chunk.config,
-                chunk.stamp,
-                [
-                    (d, ledger.PUBLISHED if d in computed.publish else ledger.HELD, counts[d])
-                    for d in chunk.dates
-                ],
-                chunk.inputs,
-                chunk.reasons,
-                finished_at=dt.datetime.now(dt.UTC),
-                errors={
-                    v.metric_date: "; ".join(describe(c) for c in v.blocking_failures)
-                    for v in computed.day_verdicts
-                    if v.metric_date not in computed.publish
-                },
-            )
-        return [
+        if dates:
+            with chunk.phases.timed("ledger published"):
+                ledger.record(
+                    chunk.spark,
+                    chunk.config,
+                    chunk.stamp,
+                    [
+                        (d, ledger.PUBLISHED if d in computed.publish else ledger.HELD, counts[d])
+                        for d in dates
+                    ],
+                    chunk.inputs,
+                    chunk.reasons,
+                    finished_at=dt.datetime.now(dt.UTC),
+                    errors={
+                        v.metric_date: "; ".join(describe(c) for c in v.blocking_failures)
+                        for v in computed.day_verdicts
+                        if v.metric_date not in computed.publish
+                    },
+                )
+        days = [
             DayResult(
                 v.metric_date,
                 counts[v.metric_date]["queries"],
@@ -421,4 +471,6 @@ class Writing:
                 v,
             )
             for v in computed.day_verdicts
-        ], fired
+            if v.metric_date not in left
+        ]
+        return ChunkDone(days, *fired, left)

@@ -12,6 +12,7 @@ redoes nothing that was published, and late rows restate just the days they belo
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
@@ -22,7 +23,13 @@ from logmetrics import __version__
 from logmetrics.config import Config, OutputConfig
 from logmetrics.flows.inputs import DayInputs
 from logmetrics.schemas import JOB_RUNS
-from logmetrics.tables.catalog import JOB_RUNS_TABLE, RunStamp, append, read_table
+from logmetrics.tables.catalog import (
+    JOB_RUNS_TABLE,
+    RunStamp,
+    append,
+    read_table,
+    recent_commits,
+)
 
 STARTED, PUBLISHED, HELD, FAILED = "started", "published", "held", "failed"
 NEW, INPUTS_CHANGED, CLUSTERS_CHANGED = "new", "inputs_changed", "clusters_changed"
@@ -39,6 +46,71 @@ class Previous:
     inputs_fingerprint: str
     logs_fingerprint: str | None  # null in rows of logmetrics before per-day inputs
     clusters_fingerprint: str | None
+
+
+@dataclass(frozen=True)
+class LedgerRead:
+    """What a run read of the ledger: each day's `Previous`, and the ledger's Delta version
+    when the read began (None: no ledger yet); the read saw every commit up to it."""
+
+    previous: dict[dt.date, Previous]
+    version: int | None
+
+
+def read_ledger(spark: SparkSession, output: OutputConfig, dates: Sequence[dt.date]) -> LedgerRead:
+    """`previous_runs` of `dates`, and the ledger's version just before it (`LedgerRead`)."""
+    newest = recent_commits(spark, output, JOB_RUNS_TABLE, limit=1)
+    version = newest[0].version if newest else None
+    return LedgerRead(previous_runs(spark, output, dates), version)
+
+
+def started_version(spark: SparkSession, output: OutputConfig, run_id: str) -> int:
+    """The ledger's Delta version holding the run's `started` rows (`record` marks its
+    commits); when a burst of later commits hides it, the oldest of them (a later version)."""
+    commits = recent_commits(spark, output, JOB_RUNS_TABLE)
+    for commit in commits:
+        mark = _mark(commit.user_metadata)
+        if mark is not None and mark[:2] == (run_id, STARTED):
+            return commit.version
+    return commits[-1].version
+
+
+BEGUN_SINCE_COMMITS = 50
+"""The ledger commits `begun_since` reads back; beyond them it assumes the days begun."""
+
+
+def begun_since(
+    spark: SparkSession,
+    output: OutputConfig,
+    version: int,
+    dates: Sequence[dt.date],
+    run_id: str,
+) -> dict[dt.date, str]:
+    """The days of `dates` another run began (its `started` rows) in a ledger commit after
+    `version`, each with that run's id (the latest such run)."""
+    commits = recent_commits(spark, output, JOB_RUNS_TABLE, limit=BEGUN_SINCE_COMMITS)
+    if commits and commits[-1].version > version + 1:  # commits unseen: any may have begun them
+        return {day: "(not known: too many ledger commits since)" for day in dates}
+    begun: dict[dt.date, str] = {}
+    wanted = set(dates)
+    for commit in reversed(commits):
+        mark = _mark(commit.user_metadata)
+        if commit.version <= version or mark is None:
+            continue
+        run, status, days = mark
+        if run != run_id and status == STARTED:
+            begun.update((day, run) for day in days if day in wanted)
+    return begun
+
+
+def _mark(user_metadata: str | None) -> tuple[str, str, tuple[dt.date, ...]] | None:
+    """What a ledger commit of `record` says of itself: the run, the status, the days."""
+    try:
+        fields = json.loads(user_metadata or "")
+        days = tuple(dt.date.fromisoformat(d) for d in fields.get("days", []))
+        return str(fields["logmetrics_run"]), str(fields["status"]), days
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def previous_runs(
@@ -131,4 +203,18 @@ def record(
         )
         for day, status, counts in entries
     ]
-    append(spark, spark.createDataFrame(rows, JOB_RUNS), config.output, JOB_RUNS_TABLE)
+    statuses = {row[2] for row in rows}
+    # The commit says whose rows it holds, of which days: `started_version` finds the run's
+    # `started` commit, `begun_since` the other runs' that began the same days.
+    marked = {
+        "logmetrics_run": stamp.run_id,
+        "status": ",".join(sorted(statuses)),
+        "days": sorted({row[1].isoformat() for row in rows}),
+    }
+    append(
+        spark,
+        spark.createDataFrame(rows, JOB_RUNS),
+        config.output,
+        JOB_RUNS_TABLE,
+        json.dumps(marked, separators=(",", ":")),
+    )

@@ -24,9 +24,11 @@ class SideSteps:
 
     def __init__(self, phases: Phases) -> None:
         self._phases = phases
-        # A chunk's side steps: eight table writes, the run's ledger and history reads, the
-        # cluster keys' check; more threads than that would only wait.
-        self._pool = ThreadPoolExecutor(max_workers=12, thread_name_prefix="logmetrics")
+        # A run's side steps at most at once: a chunk's nine table writes (or, for the first
+        # chunk, the tables' states), the ledger's and the history's reads, the `started` rows
+        # and the run's position, the cluster keys and their check; threads that mostly wait
+        # on the JVM.
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="logmetrics")
 
     def __enter__(self) -> SideSteps:
         return self
@@ -34,10 +36,16 @@ class SideSteps:
     def __exit__(self, *exc: object) -> None:
         self._pool.shutdown(wait=True)
 
-    def submit(self, name: str, step: Callable[..., T], *args: Any) -> Future[T]:
-        return self._pool.submit(self._timed, name, step, *args)
+    def submit(
+        self, name: str, step: Callable[..., T], *args: Any, after: Future[Any] | None = None
+    ) -> Future[T]:
+        """Run `step(*args)` in a thread, timed as the phase `name`; with `after`, once that
+        step has succeeded (its failure is this step's, and the wait is not timed)."""
+        return self._pool.submit(self._timed, name, step, after, *args)
 
-    def _timed(self, name: str, step: Callable[..., T], *args: Any) -> T:
+    def _timed(self, name: str, step: Callable[..., T], after: Future[Any] | None, *args: Any) -> T:
+        if after is not None:
+            after.result()
         with self._phases.timed(name):
             return step(*args)
 

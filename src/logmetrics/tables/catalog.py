@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
+import json
 import logging
 import os
 import random
@@ -326,12 +327,65 @@ def replace_dates(
     table: Table,
     dates: Sequence[dt.date],
     stamp: RunStamp | None = None,
+    mark: WriteMark | None = None,
 ) -> None:
     """Replace exactly `dates` of `table` with `df`'s rows, in one Delta commit; with `stamp`,
-    its provenance columns (`with_run_stamp`) are added to the rows after their shuffle."""
+    its provenance columns (`with_run_stamp`) are added to the rows after their shuffle. With
+    `mark`, the commit says which run and days it is (`WriteMark`)."""
     replace_where(
-        spark, df, output, table, dates_predicate(dates), stamp, partitions=len(set(dates))
+        spark,
+        df,
+        output,
+        table,
+        dates_predicate(dates),
+        stamp,
+        partitions=len(set(dates)),
+        mark=mark,
     )
+
+
+def append_dates(
+    spark: SparkSession,
+    df: DataFrame,
+    output: OutputConfig,
+    table: Table,
+    dates: Sequence[dt.date],
+    stamp: RunStamp,
+    mark: WriteMark,
+) -> None:
+    """Append `df`'s rows of `dates`, which `table` holds none of (the caller knows:
+    `flows.writes`), in one Delta commit marked with `mark`: a blind append, with no DELETE
+    first, so no rebuild of the table's whole state."""
+    ref = table_ref(output, table)
+    ensure_table(spark, ref)
+    log.debug("appending to %s %s", ref, dates_predicate(dates))
+    rows = one_file_per_partition(spark, df, table, len(set(dates)))
+    writer = (
+        conform(with_run_stamp(rows, stamp), table.schema)
+        .write.format("delta")
+        .mode("append")
+        .option("mergeSchema", "true")
+        .option("userMetadata", mark.user_metadata())
+    )
+    _retry_conflicts(lambda: _save(writer, ref), f"append to {ref}")
+
+
+def delete_run_rows(
+    spark: SparkSession,
+    output: OutputConfig,
+    table: Table,
+    dates: Sequence[dt.date],
+    run_id: str,
+) -> None:
+    """Delete one run's rows of `dates` from `table`, in one Delta commit: other runs' rows of
+    those days are untouched."""
+    target = _existing_target(spark, output, table)
+    if target is None:
+        return
+    statement = (
+        f"DELETE FROM {target} WHERE ({dates_predicate(dates)}) AND run_id = {sql_string(run_id)}"
+    )
+    _retry_conflicts(lambda: spark.sql(statement), f"delete from {target}")
 
 
 def replace_runs(
@@ -350,9 +404,10 @@ def replace_where(
     predicate: str,
     stamp: RunStamp | None = None,
     partitions: int | None = None,
+    mark: WriteMark | None = None,
 ) -> None:
     """Replace the rows of `table` matching `predicate` with `df`'s rows, in one Delta commit
-    (`stamp`, `partitions`: see `one_file_per_partition`)."""
+    (`stamp`, `partitions`: see `one_file_per_partition`; `mark`: `replace_dates`)."""
     ref = table_ref(output, table)
     ensure_table(spark, ref)
     log.debug("writing %s where %s", ref, predicate)
@@ -364,7 +419,88 @@ def replace_where(
         .option("replaceWhere", predicate)
         .option("mergeSchema", "true")  # a newer logmetrics may add columns: additive only
     )
+    if mark is not None:
+        writer = writer.option("userMetadata", mark.user_metadata())
     _retry_conflicts(lambda: _save(writer, ref), f"write {ref}")
+
+
+@dataclass(frozen=True)
+class WriteMark:
+    """What a run's commit to a day table says of itself (Delta's `userMetadata`): the run,
+    its position (the Delta version of `job_runs` holding its `started` rows; later runs have
+    later positions) and the days the commit writes."""
+
+    run_id: str
+    position: int
+    days: tuple[dt.date, ...]
+
+    def user_metadata(self) -> str:
+        return json.dumps(
+            {
+                "logmetrics_run": self.run_id,
+                "position": self.position,
+                "days": [d.isoformat() for d in self.days],
+            },
+            separators=(",", ":"),
+        )
+
+    @staticmethod
+    def parse(text: str | None) -> WriteMark | None:
+        """The mark of a logmetrics day write; None for any other commit."""
+        try:
+            fields = json.loads(text or "")
+            return WriteMark(
+                str(fields["logmetrics_run"]),
+                int(fields["position"]),
+                tuple(dt.date.fromisoformat(d) for d in fields["days"]),
+            )
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit of a table's history."""
+
+    version: int
+    operation: str
+    user_metadata: str | None
+
+    @property
+    def mark(self) -> WriteMark | None:
+        """What a logmetrics day write says of itself; None for any other commit."""
+        return WriteMark.parse(self.user_metadata)
+
+
+def recent_commits(
+    spark: SparkSession, output: OutputConfig, table: Table, limit: int = 20
+) -> list[Commit]:
+    """The table's newest `limit` commits, newest first (Delta reads only their commit
+    files); none before the table exists."""
+    target = _existing_target(spark, output, table)
+    if target is None:
+        return []
+    rows = spark.sql(f"DESCRIBE HISTORY {target} LIMIT {int(limit)}").select(
+        "version", "operation", "userMetadata"
+    )
+    return [Commit(int(r.version), str(r.operation), r.userMetadata) for r in rows.collect()]
+
+
+ROWS_KEPT = frozenset(
+    {"CREATE TABLE", "OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "ADD COLUMNS"}
+)
+"""Commits that change no row of a table: the empty table's creation and the upkeep's."""
+
+
+def newest_write(spark: SparkSession, output: OutputConfig, table: Table) -> Commit | None:
+    """The table's newest commit that may have changed its rows (not its creation or upkeep,
+    ROWS_KEPT); None when no row was ever written to it (no table yet, or only such commits
+    since its creation). Past its last 10 commits, the oldest of them stands for it."""
+    commits = recent_commits(spark, output, table, limit=10)
+    changed = next((c for c in commits if c.operation not in ROWS_KEPT), None)
+    if changed is not None or not commits or commits[-1].version == 0:
+        return changed
+    return commits[-1]
 
 
 def one_file_per_partition(
@@ -389,13 +525,22 @@ def one_file_per_partition(
     return rows.repartition(max(1, min(counts)), *table.partition_by)
 
 
-def append(spark: SparkSession, df: DataFrame, output: OutputConfig, table: Table) -> None:
-    """Append `df` to `table` (a blind append: it never conflicts with another writer)."""
+def append(
+    spark: SparkSession,
+    df: DataFrame,
+    output: OutputConfig,
+    table: Table,
+    user_metadata: str | None = None,
+) -> None:
+    """Append `df` to `table` (a blind append: it never conflicts with another writer); the
+    commit carries `user_metadata` (`recent_commits` finds it)."""
     ref = table_ref(output, table)
     ensure_table(spark, ref)
     writer = (
         conform(df, table.schema).write.format("delta").mode("append").option("mergeSchema", "true")
     )
+    if user_metadata is not None:
+        writer = writer.option("userMetadata", user_metadata)
     _retry_conflicts(lambda: _save(writer, ref), f"append to {ref}")
 
 

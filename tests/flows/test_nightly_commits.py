@@ -1,0 +1,295 @@
+"""A nightly day's commits (the ledger's `started` rows, each table's write, the `published`
+rows): a run killed between any two of them converges, on the next run, to the tables of an
+uninterrupted one, and two runs of the same new day at once leave it once, as the ledger's last
+`published` row computed it.
+
+A kill after the N-th commit is a SIGKILL for real in one process of its own
+(`killed_after_commits.py`), and, at every other point, a run in this process whose later
+commits never land and that writes nothing after them, which leaves on disk what a SIGKILL
+there leaves (its commits made one at a time, so that exactly N have landed, whichever thread
+made them); the resumed runs and the uninterrupted one run in this process."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from pyspark.sql import SparkSession
+
+from logmetrics.cli import main
+from logmetrics.synthetic import generate
+from logmetrics.tables import catalog
+from suite_session import ACCELERATOR, SHORT_JVM, TEST_CONF
+
+pytestmark = pytest.mark.slow
+
+START = dt.date(2026, 7, 1)
+NIGHT = START + dt.timedelta(days=2)  # the nightly's day: new to every table
+DAY_TABLES = (
+    "unique_clusters_by_query",
+    "unique_clusters_daily",
+    "unique_clusters_k_sweep",
+    "redundancy_cost_daily",
+    "unique_clusters_crowding",
+    "unique_clusters_alerts",
+    "data_quality",
+    "quarantine",
+    "missing_cluster_chunks",
+)
+COMMITS = 1 + len(DAY_TABLES) + 1  # `started`, each table, `published`
+VOLATILE = {"run_id", "computed_at", "checked_at", "quarantined_at", "details"}
+KILLER = Path(__file__).with_name("killed_after_commits.py")
+
+Rows = dict[str, dict[dt.date, list[tuple[Any, ...]]]]
+
+
+class History(NamedTuple):
+    data: Path
+    warehouse: Path  # the two days before NIGHT, published: copied for each test
+    night: Rows  # every table after an uninterrupted nightly of NIGHT
+
+
+def _config(data: Path, warehouse: Path) -> Path:
+    """The suite's Spark settings with a JVM for short runs, as tests/test_orchestration.py's."""
+    path = warehouse.parent / f"{warehouse.name}.yaml"
+    config = {
+        "inputs": {
+            "served_logs": {"path": str(data / "served_logs")},
+            "clusters": {"path": str(data / "clusters_parquet"), "format": "parquet"},
+        },
+        "output": {"warehouse": str(warehouse)},
+        "metrics": {"ks": [5, 10]},
+        "quality": {"max_malformed_rate": 0.05, "on_failure": "warn"},
+        "spark": {
+            "master": "local[1]",
+            "driver_memory": "1g",
+            "profile": "short",
+            "accelerator": ACCELERATOR,
+            "conf": {**TEST_CONF, "spark.driver.extraJavaOptions": SHORT_JVM},
+        },
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def _night(config: Path) -> list[str]:
+    return ["run", "--config", str(config), "--date", str(NIGHT)]
+
+
+def _rows(spark: SparkSession, warehouse: Path) -> Rows:
+    """Each day table's rows (volatile columns left out) per day, sorted: a day written twice
+    shows its rows twice."""
+    out: Rows = {}
+    for name in DAY_TABLES:
+        out[name] = {}
+        if not (warehouse / name / "_delta_log").is_dir():
+            continue
+        df = spark.read.format("delta").load(str(warehouse / name))
+        columns = [c for c in df.columns if c not in VOLATILE]
+        for row in df.select(*columns).collect():
+            out[name].setdefault(row.metric_date, []).append(tuple(map(repr, row)))
+    return {name: {d: sorted(rows) for d, rows in days.items()} for name, days in out.items()}
+
+
+def _ledger(spark: SparkSession, warehouse: Path, day: dt.date) -> list[Any]:
+    runs = spark.read.format("delta").load(str(warehouse / "job_runs"))
+    return runs.where(runs.metric_date == day).collect()
+
+
+def _last_published(spark: SparkSession, warehouse: Path, day: dt.date) -> Any:
+    """The ledger's last finished row of the day (what `run` reads as the day's standing)."""
+    finished = [r for r in _ledger(spark, warehouse, day) if r.finished_at is not None]
+    last = max(finished, key=lambda r: r.finished_at)
+    assert last.status == "published"
+    return last
+
+
+@pytest.fixture(scope="module")
+def history(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> History:
+    """Three days of logs, the first two published; the third's uninterrupted nightly, whose
+    commits are counted (COMMITS: each one a kill point of the test below)."""
+    root = tmp_path_factory.mktemp("nightly-commits")
+    generate(root / "data", START, days=3, queries_per_day=60, seed=13)
+    warehouse = root / "history"
+    config = _config(root / "data", warehouse)
+    argv = [
+        "backfill",
+        "--config",
+        str(config),
+        "--start",
+        str(START),
+        "--end",
+        str(NIGHT - dt.timedelta(days=1)),
+    ]
+    assert main(argv) == 0
+    night = root / "night"
+    shutil.copytree(warehouse, night)
+    commits = 0
+    save = catalog._save
+
+    def counted(*args: Any) -> None:
+        nonlocal commits
+        save(*args)
+        commits += 1
+
+    catalog._save = counted
+    try:
+        assert main(_night(_config(root / "data", night))) == 0
+    finally:
+        catalog._save = save
+    assert commits == COMMITS
+    rows = _rows(spark, night)
+    assert all(rows[name].get(NIGHT) for name in ("unique_clusters_daily", "data_quality"))
+    return History(root / "data", warehouse, rows)
+
+
+@pytest.fixture
+def warehouse(history: History, tmp_path: Path) -> Iterator[Path]:
+    copy = tmp_path / "wh"
+    shutil.copytree(history.warehouse, copy)
+    yield copy
+
+
+def _spawn(argv: list[str], kill_after: int | None = None) -> subprocess.Popen[str]:
+    prefix = [str(KILLER), str(kill_after)] if kill_after is not None else ["-m", "logmetrics.cli"]
+    every_record = ["--log-level", "INFO", "--log-format", "json"]  # on stderr
+    return subprocess.Popen(
+        [sys.executable, *prefix, *every_record, *argv],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+class Killed(BaseException):
+    """The run in this process stops here, as a SIGKILL would: nothing catches it."""
+
+
+def _run_killed_after(config: Path, kill_after: int) -> None:
+    """The nightly in this process, its commits one at a time; the (kill_after + 1)-th and
+    every later one raise `Killed` before they land, a failure's own ledger rows included."""
+    save, lock, landed = catalog._save, threading.Lock(), 0
+
+    def save_until_killed(*args: Any) -> None:
+        nonlocal landed
+        with lock:
+            if landed == kill_after:
+                raise Killed
+            save(*args)
+            landed += 1
+
+    catalog._save = save_until_killed
+    try:
+        with pytest.raises(Killed):
+            main(_night(config))
+    finally:
+        catalog._save = save
+    assert landed == kill_after
+
+
+def _converges(spark: SparkSession, history: History, warehouse: Path, config: Path) -> None:
+    """Each table holds the day's rows once or not at all, as the uninterrupted run wrote
+    them; the next run restates the day to the uninterrupted run's tables."""
+    killed = _rows(spark, warehouse)
+    for name, days in killed.items():
+        if NIGHT in days:  # written before the kill: whole, and once
+            assert days[NIGHT] == history.night[name][NIGHT], name
+    assert main(_night(config)) == 0
+    assert _rows(spark, warehouse) == history.night
+    assert _last_published(spark, warehouse, NIGHT).queries == 60
+
+
+@pytest.mark.parametrize("kill_after", range(1, COMMITS))
+def test_a_nightly_killed_after_any_commit_converges_on_the_next_run(
+    spark: SparkSession, history: History, warehouse: Path, kill_after: int
+) -> None:
+    """Killed right after the nightly's N-th commit (the ledger's `started` rows are the first,
+    `published` the last; between them the tables, appended since the day is new to them):
+    every table then holds the day's rows once or not at all, as the uninterrupted run wrote
+    them, and the next run restates the day to the uninterrupted run's tables, its ledger's
+    last row `published`. Fails if an append is not replaced by the run after a killed one
+    (the day twice), or if a table is written before the `started` rows (a killed run's rows
+    that no ledger row says to restate)."""
+    config = _config(history.data, warehouse)
+    _run_killed_after(config, kill_after)
+    _converges(spark, history, warehouse, config)
+
+
+def test_a_nightly_sigkilled_between_its_last_append_and_its_published_rows_converges(
+    spark: SparkSession, history: History, warehouse: Path
+) -> None:
+    """The same for real: a process SIGKILLed right after its last table's append, before the
+    ledger's `published` rows."""
+    config = _config(history.data, warehouse)
+    process = _spawn(_night(config), COMMITS - 1)
+    _, err = process.communicate(timeout=600)
+    assert process.returncode == -signal.SIGKILL, err[-3000:]
+    assert f"killed after commit {COMMITS - 1}" in err
+    assert re.search(r"unique_clusters_daily: appended .*new to the table", err), err[-3000:]
+    _converges(spark, history, warehouse, config)
+
+
+def _late_rows(data: Path) -> None:
+    """Ten more requests of NIGHT, landed in its partition as a file of their own."""
+    partition = data / "served_logs" / f"date={NIGHT}"
+    table = pq.read_table(next(partition.glob("*.parquet")))
+    late = table.slice(0, 10)
+    late = late.set_column(
+        late.schema.get_field_index("request_id"),
+        "request_id",
+        pc.binary_join_element_wise(late["request_id"], pa.scalar("-late"), ""),
+    )
+    pq.write_table(late, partition / "part-late.parquet")
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["same inputs", "late rows between"])
+def test_two_runs_of_the_same_new_day_leave_it_once_as_the_last_published_row_computed(
+    spark: SparkSession, history: History, tmp_path: Path, late: bool
+) -> None:
+    """A nightly (a process) and a manual `run` of the same new day (here), started while the
+    nightly computes; with `late`, ten late requests land in the day's partition between them.
+    Each table then holds the day's rows once, all from the run whose `published` row is the
+    ledger's last for the day, with the queries that row counted. Fails if both runs' appends
+    land (the day twice), or if the tables keep one run's rows while the ledger's last word is
+    the other's."""
+    data = tmp_path / "data"
+    shutil.copytree(history.data, data)
+    warehouse = tmp_path / "wh"
+    shutil.copytree(history.warehouse, warehouse)
+    config = _config(data, warehouse)
+    nightly = _spawn(_night(config))
+    assert nightly.stderr is not None
+    for line in nightly.stderr:
+        if "computing" in line:
+            break
+    if late:
+        _late_rows(data)
+    assert main(_night(config)) == 0
+    _, err = nightly.communicate(timeout=600)
+    assert nightly.returncode == 0, err[-3000:]
+
+    last = _last_published(spark, warehouse, NIGHT)
+    assert last.queries in ({60, 70} if late else {60})  # without or with the late requests
+    for name in DAY_TABLES:
+        df = spark.read.format("delta").load(str(warehouse / name))
+        runs = {r.run_id for r in df.where(df.metric_date == NIGHT).select("run_id").collect()}
+        assert runs <= {last.run_id}, name
+    by_query = spark.read.format("delta").load(str(warehouse / "unique_clusters_by_query"))
+    night = by_query.where(by_query.metric_date == NIGHT)
+    assert night.count() == night.select("request_id").distinct().count() * 2  # ks 5, 10
+    assert night.select("request_id").distinct().count() == last.queries
