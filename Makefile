@@ -41,7 +41,8 @@ test: install
 # (pyspark 4.0.1 + delta-spark 4.0.1, what Databricks 17.3 LTS runs): .venv-compat holds the
 # wheel with its `local` extra pinned by constraints-spark40.txt and runs, on plain Spark (Comet
 # has no Spark 4.0 build) with generated code on (the engine's production path; the other passes
-# run interpreted: tests/suite_session.py), the reference tests again, the Delta pair check, and
+# run interpreted: tests/suite_session.py), the reference tests again, the Delta pair check, the
+# write orders of an append beside a replace (Delta 4.0's history and userMetadata), and
 # tests/test_wheel.py: the wheel pip-installed into a venv holding only pyspark 4.0 leaves it as
 # it is, and backfills through spark-submit. So the reference tests run three times: plain
 # Spark 4.1 (`make test`), Comet 4.1 and plain compiled Spark 4.0 (here).
@@ -67,7 +68,8 @@ test-compat: wheel $(COMPAT_STAMP)
 		--force-reinstall dist/logmetrics-*.whl
 	$(COMPAT_VENV)/bin/python -m pip check
 	LOGMETRICS_TEST_CODEGEN=on $(COMPAT_VENV)/bin/python -m pytest $(XDIST) -p no:cacheprovider \
-		--durations=15 --run-wheel tests/test_wheel.py tests/test_session.py $(REFERENCE_TESTS)
+		--durations=15 --run-wheel tests/test_wheel.py tests/test_session.py tests/flows/test_writes.py \
+		$(REFERENCE_TESTS)
 
 # Two workers, a JVM each: 4:21 and 4:25 against 5:58 and 6:36 in one process, three workers
 # 4:54 and 5:00 (2026-12-03, alternating, platform floor 23 s that hour). On the suite's engine
