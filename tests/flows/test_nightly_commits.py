@@ -3,11 +3,15 @@ rows): a run killed between any two of them converges, on the next run, to the t
 uninterrupted one, and two runs of the same new day at once leave it once, as the ledger's last
 `published` row computed it.
 
-A kill after the N-th commit is a SIGKILL for real in one process of its own
-(`killed_after_commits.py`), and, at every other point, a run in this process whose later
-commits never land and that writes nothing after them, which leaves on disk what a SIGKILL
-there leaves (its commits made one at a time, so that exactly N have landed, whichever thread
-made them); the resumed runs and the uninterrupted one run in this process."""
+The kill points come from one nightly in this process whose commits are made one at a time,
+the warehouse copied after each: the copy after the N-th commit is what a SIGKILL right there
+leaves on disk (the next commit's files, written but not committed, included); each is then
+resumed. One point is also killed for real, with SIGKILL, in a process of its own
+(`killed_after_commits.py`), and the two runs of one day are a process and this one.
+
+Marked `reliability`: some twenty nightly runs, three of them processes, are minutes of the
+suite's budget; `make test-compat` runs them (on the default engine), `make test` the write
+orders one commit at a time (tests/flows/test_append_writes.py)."""
 
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ from logmetrics.synthetic import generate
 from logmetrics.tables import catalog
 from suite_session import ACCELERATOR, SHORT_JVM, TEST_CONF
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
 START = dt.date(2026, 7, 1)
 NIGHT = START + dt.timedelta(days=2)  # the nightly's day: new to every table
@@ -61,6 +65,7 @@ class History(NamedTuple):
     data: Path
     warehouse: Path  # the two days before NIGHT, published: copied for each test
     night: Rows  # every table after an uninterrupted nightly of NIGHT
+    killed: dict[int, Path]  # that nightly's warehouse as it was right after its N-th commit
 
 
 def _config(data: Path, warehouse: Path) -> Path:
@@ -138,23 +143,25 @@ def history(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Hi
     assert main(argv) == 0
     night = root / "night"
     shutil.copytree(warehouse, night)
-    commits = 0
-    save = catalog._save
+    killed: dict[int, Path] = {}
+    save, lock = catalog._save, threading.Lock()
 
-    def counted(*args: Any) -> None:
-        nonlocal commits
-        save(*args)
-        commits += 1
+    def save_and_copy(*args: Any) -> None:
+        with lock:  # one commit at a time: the copy is the warehouse after exactly N
+            save(*args)
+            n = len(killed) + 1
+            killed[n] = root / f"killed-after-{n}"
+            shutil.copytree(night, killed[n])
 
-    catalog._save = counted
+    catalog._save = save_and_copy
     try:
         assert main(_night(_config(root / "data", night))) == 0
     finally:
         catalog._save = save
-    assert commits == COMMITS
+    assert len(killed) == COMMITS
     rows = _rows(spark, night)
     assert all(rows[name].get(NIGHT) for name in ("unique_clusters_daily", "data_quality"))
-    return History(root / "data", warehouse, rows)
+    return History(root / "data", warehouse, rows, killed)
 
 
 @pytest.fixture
@@ -176,32 +183,6 @@ def _spawn(argv: list[str], kill_after: int | None = None) -> subprocess.Popen[s
     )
 
 
-class Killed(BaseException):
-    """The run in this process stops here, as a SIGKILL would: nothing catches it."""
-
-
-def _run_killed_after(config: Path, kill_after: int) -> None:
-    """The nightly in this process, its commits one at a time; the (kill_after + 1)-th and
-    every later one raise `Killed` before they land, a failure's own ledger rows included."""
-    save, lock, landed = catalog._save, threading.Lock(), 0
-
-    def save_until_killed(*args: Any) -> None:
-        nonlocal landed
-        with lock:
-            if landed == kill_after:
-                raise Killed
-            save(*args)
-            landed += 1
-
-    catalog._save = save_until_killed
-    try:
-        with pytest.raises(Killed):
-            main(_night(config))
-    finally:
-        catalog._save = save
-    assert landed == kill_after
-
-
 def _converges(spark: SparkSession, history: History, warehouse: Path, config: Path) -> None:
     """Each table holds the day's rows once or not at all, as the uninterrupted run wrote
     them; the next run restates the day to the uninterrupted run's tables."""
@@ -216,7 +197,7 @@ def _converges(spark: SparkSession, history: History, warehouse: Path, config: P
 
 @pytest.mark.parametrize("kill_after", range(1, COMMITS))
 def test_a_nightly_killed_after_any_commit_converges_on_the_next_run(
-    spark: SparkSession, history: History, warehouse: Path, kill_after: int
+    spark: SparkSession, history: History, tmp_path: Path, kill_after: int
 ) -> None:
     """Killed right after the nightly's N-th commit (the ledger's `started` rows are the first,
     `published` the last; between them the tables, appended since the day is new to them):
@@ -225,9 +206,9 @@ def test_a_nightly_killed_after_any_commit_converges_on_the_next_run(
     last row `published`. Fails if an append is not replaced by the run after a killed one
     (the day twice), or if a table is written before the `started` rows (a killed run's rows
     that no ledger row says to restate)."""
-    config = _config(history.data, warehouse)
-    _run_killed_after(config, kill_after)
-    _converges(spark, history, warehouse, config)
+    warehouse = tmp_path / "wh"
+    shutil.copytree(history.killed[kill_after], warehouse)
+    _converges(spark, history, warehouse, _config(history.data, warehouse))
 
 
 def test_a_nightly_sigkilled_between_its_last_append_and_its_published_rows_converges(
