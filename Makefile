@@ -33,10 +33,11 @@ REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_
 XDIST := -n 3 --dist loadfile --no-loadscope-reorder
 
 test: install
-	$(BIN)/python -m pytest $(XDIST) -m "not platform" --durations=30
+	$(BIN)/python -m pytest $(XDIST) -m "not platform and not reliability" --durations=30
 
 # Not part of `make test` (.ci/run runs it after). First, in .venv: the catalog tables on a real
-# Hive metastore (marked `platform`), then the tests that compare every published table with the
+# Hive metastore (marked `platform`), a nightly killed after each of its commits and two runs of
+# one day at once (marked `reliability`: some twenty runs, minutes of the suite's budget), then the tests that compare every published table with the
 # pure-Python reference (REFERENCE_TESTS) on Comet, the default engine. Then the Spark 4.0 line
 # (pyspark 4.0.1 + delta-spark 4.0.1, what Databricks 17.3 LTS runs): .venv-compat holds the
 # wheel with its `local` extra pinned by constraints-spark40.txt and runs, on plain Spark (Comet
@@ -62,13 +63,14 @@ $(COMPAT_STAMP): pyproject.toml constraints-spark40.txt
 
 test-compat: wheel $(COMPAT_STAMP)
 	$(BIN)/python -m pytest $(XDIST) -m platform tests/test_hive_metastore.py
+	$(BIN)/python -m pytest -n 2 -m reliability --durations=10 tests/flows/test_nightly_commits.py
 	LOGMETRICS_TEST_ACCELERATOR=comet $(BIN)/python -m pytest $(XDIST) -m "not platform" \
 		--durations=15 $(REFERENCE_TESTS)
 	$(COMPAT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
 		--force-reinstall dist/logmetrics-*.whl
 	$(COMPAT_VENV)/bin/python -m pip check
 	LOGMETRICS_TEST_CODEGEN=on $(COMPAT_VENV)/bin/python -m pytest $(XDIST) -p no:cacheprovider \
-		--durations=15 --run-wheel tests/test_wheel.py tests/test_session.py tests/flows/test_writes.py \
+		--durations=15 --run-wheel tests/test_wheel.py tests/test_session.py tests/flows/test_append_writes.py \
 		$(REFERENCE_TESTS)
 
 # Two workers, a JVM each: 4:21 and 4:25 against 5:58 and 6:36 in one process, three workers

@@ -37,7 +37,7 @@ LONGEST_FIRST = (
     "test_wheel.py",  # make test-compat: a Spark 4.0 venv
     "test_hive_metastore.py",  # make test-compat: four JVMs one after another
     "test_orchestration.py",  # 656 s
-    "test_nightly_commits.py",  # 302 s alone (2026-12-05): 23 nightly runs, 3 of them processes
+    "test_nightly_commits.py",  # make test-compat (reliability): a nightly's kill points
     "test_readme.py",  # the demo and the README's commands
     "test_end_to_end.py",  # 440 s
     "test_living_inputs.py",  # 361 s
@@ -50,7 +50,7 @@ LONGEST_FIRST = (
     "test_evaluation.py",  # 83 s
     "test_report.py",  # 51 s
     "test_cli_process.py",  # 44 s
-    "test_writes.py",  # 34 s alone
+    "test_append_writes.py",  # 34 s alone
     "test_per_request.py",  # 20 s
 )
 
