@@ -182,3 +182,19 @@ def test_a_run_that_is_not_sole_replaces(
     _write(writes)
     assert _modes(spark, output, since=1) == ["A WRITE Overwrite"]
     assert _table(spark, output) == sorted(_by("first", OTHER) + _by("A"))
+
+
+def test_a_local_tables_commits_read_from_its_log_are_delta_s_history(
+    spark: SparkSession, output: OutputConfig, side: SideSteps
+) -> None:
+    """A local table's newest commits, read from its log's files (no Spark job), are what
+    `DESCRIBE HISTORY` says of them: version, operation, userMetadata, newest first. Fails if
+    the commit files were read in the wrong order or the wrong action's fields were taken."""
+    _write(_run(spark, output, side, "A", 1, _started(spark, output, "A", DAY)))
+    for table in (TABLE, JOB_RUNS_TABLE):
+        target = f"delta.`{output.warehouse}/{table.name}`"
+        history = spark.sql(f"DESCRIBE HISTORY {target} LIMIT 3").collect()
+        expected = [(r.version, r.operation, r.userMetadata) for r in history]
+        read = recent_commits(spark, output, table, limit=3)
+        assert [(c.version, c.operation, c.user_metadata) for c in read] == expected
+        assert len(expected) == 3

@@ -475,8 +475,15 @@ class Commit:
 def recent_commits(
     spark: SparkSession, output: OutputConfig, table: Table, limit: int = 20
 ) -> list[Commit]:
-    """The table's newest `limit` commits, newest first (Delta reads only their commit
-    files); none before the table exists."""
+    """The table's newest `limit` commits, newest first; none before the table exists. A
+    local table's are read from its log's commit files (`_local_commits`: no Spark job),
+    any other's with `DESCRIBE HISTORY` (Delta reads only their commit files)."""
+    ref = table_ref(output, table)
+    root = local_path(ref.location) if ref.location is not None else None
+    if root is not None:
+        local = _local_commits(root, limit)
+        if local is not None:
+            return local
     target = _existing_target(spark, output, table)
     if target is None:
         return []
@@ -484,6 +491,40 @@ def recent_commits(
         "version", "operation", "userMetadata"
     )
     return [Commit(int(r.version), str(r.operation), r.userMetadata) for r in rows.collect()]
+
+
+_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
+
+
+def _local_commits(root: str, limit: int) -> list[Commit] | None:
+    """The newest `limit` commits of the Delta table at the local path `root`, newest first,
+    each from its commit file's `commitInfo` action (the Delta protocol's: the operation and
+    the userMetadata, what `DESCRIBE HISTORY` shows of them): [] when there is no log; None
+    when a commit file has no `commitInfo` or a checkpoint alone holds the newest versions
+    (the caller asks Delta)."""
+    log_dir = os.path.join(root, "_delta_log")
+    try:
+        names = os.listdir(log_dir)
+    except FileNotFoundError:
+        return []
+    versions = sorted(
+        (int(m.group(1)) for name in names if (m := _COMMIT_FILE.match(name))), reverse=True
+    )
+    if not versions:
+        return None if names else []
+    commits = []
+    for version in versions[:limit]:
+        info = None
+        with open(os.path.join(log_dir, f"{version:020d}.json"), encoding="utf-8") as commit:
+            for line in commit:
+                action = json.loads(line) if line.strip() else {}
+                if "commitInfo" in action:
+                    info = action["commitInfo"]
+                    break
+        if not isinstance(info, dict):
+            return None
+        commits.append(Commit(version, str(info.get("operation", "")), info.get("userMetadata")))
+    return commits
 
 
 ROWS_KEPT = frozenset(
