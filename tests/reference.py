@@ -23,6 +23,19 @@ PERCENTILES: tuple[tuple[str, float], ...] = (
 ClusterKey = tuple[str, str]
 
 
+def mismatched(got: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """How a published row differs from the reference's: each column of `want` whose value
+    `got` does not hold, as (got, want). Floats are equal to 12 significant digits (Spark and
+    Python add in different orders), other values exactly."""
+    return {c: (got[c], v) for c, v in want.items() if not _same(got[c], v)}
+
+
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(want, float) and isinstance(got, int | float):
+        return math.isclose(got, want, rel_tol=1e-12, abs_tol=1e-15)
+    return bool(got == want)
+
+
 def cluster_lookup(clusters: Iterable[tuple[str | None, str | None]]) -> dict[str, str | None]:
     """chunk_id -> smallest non-null cluster_id; None if listed only with nulls (rule 5)."""
     table: dict[str, str | None] = {}

@@ -301,7 +301,7 @@ def test_the_tables_equal_the_reference(
     )
     assert len(alerts) == len(expected) == DAYS * len(KS) * 2
     for got, want in zip(alerts, expected, strict=True):
-        assert _mismatched(got, want) == {}, want
+        assert reference.mismatched(got, want) == {}, want
 
     # Crowding (on by default): the top keys of each day and k, every column.
     expected = reference.crowding(rows, clusters, KS, CrowdingConfig().top_clusters, START, END)
@@ -311,20 +311,7 @@ def test_the_tables_equal_the_reference(
     assert len(crowding) == len(expected) > 0
     for got, want in zip(crowding, expected, strict=True):
         assert got.keys() == want.keys()
-        assert _mismatched(got, want) == {}, want
-
-
-def _mismatched(got: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
-    """The columns of `got` that differ from `want`'s, floats to 12 digits."""
-    return {
-        c: (got[c], v)
-        for c, v in want.items()
-        if not (
-            got[c] == pytest.approx(v, rel=1e-12, abs=1e-15)
-            if isinstance(v, float)
-            else got[c] == v
-        )
-    }
+        assert reference.mismatched(got, want) == {}, want
 
 
 def _expected_quarantine(

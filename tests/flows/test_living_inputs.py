@@ -274,16 +274,7 @@ def _check_alerts(spark: SparkSession, warehouse: Path, date: dt.date, run_id: s
     assert len(got) == len(expected) == 2 * len(KS)
     assert {r["status"] for r in got} <= {"ok", "alert", "improvement"}  # judged, not skipped
     for row, want in zip(got, expected, strict=True):
-        mismatched = {
-            c: (row[c], v)
-            for c, v in want.items()
-            if not (
-                row[c] == pytest.approx(v, rel=1e-12, abs=1e-15)
-                if isinstance(v, float)
-                else row[c] == v
-            )
-        }
-        assert mismatched == {}, want
+        assert reference.mismatched(row, want) == {}, want
 
 
 def test_late_rows_restate_their_day_and_only_it(
