@@ -262,10 +262,12 @@ def ok(results: dict[str, Any]) -> bool:
     return bool(results["summary"]["ok"] and checks and all(v.get("ok") for v in checks.values()))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def stage_args(argv: Sequence[str] | None, module: str, doc: str) -> argparse.Namespace:
+    """The command line of a stage of `make bench` run alone (`python -m benchmarks.<module>`):
+    its rounds, where its data and runs go, and where its results are recorded."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.big_clusters", description=__doc__.split("\n")[0]
+        prog=f"python -m benchmarks.{module}", description=doc.split("\n")[0]
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--data-dir", type=Path, default=REPO / "bench-data")
@@ -274,6 +276,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--readme", type=Path, default=REPO / "benchmarks" / "README.md")
     args = parser.parse_args(argv)
     args.data_dir, args.out_dir = args.data_dir.resolve(), args.out_dir.resolve()
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = stage_args(argv, "big_clusters", __doc__)
     results = run(args)
     print(record(results, args.results, args.readme))
     return 0 if ok(results) else 1

@@ -183,6 +183,11 @@ REPO = Path(__file__).resolve().parent.parent
 """The checkout the benchmark runs from: bench-data/ and bench-out/ go under it."""
 
 
+def repo_relative(path: Path) -> str:
+    """A path under the repository as a relative one: results.json is committed."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def data_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The options that pick the generated data (`dataset`) and where runs go; resolve the two
     directories after parsing."""

@@ -18,6 +18,8 @@
 7. Nightly days against a 20M-chunk cluster table (`benchmarks.big_clusters`, `--repeats`
    rounds): the first night, a night with the keys kept and one with them rebuilt, beside the
    small-table nightly; their tables against the DuckDB reference's.
+8. The same nightly with everything on a real S3 server against local files
+   (`benchmarks.object_storage`, `--repeats` rounds), and a skip of a done day on S3.
 Exit 1 if a run failed or an output differs from the reference.
 """
 
@@ -34,8 +36,23 @@ from typing import Any
 
 import duckdb
 
-from benchmarks import big_clusters, eventlog, fixed_cost, machine, measure, report
-from benchmarks.datasets import REPO, Dataset, DatasetSpec, data_options, ensure_dataset
+from benchmarks import (
+    big_clusters,
+    eventlog,
+    fixed_cost,
+    machine,
+    measure,
+    object_storage,
+    report,
+)
+from benchmarks.datasets import (
+    REPO,
+    Dataset,
+    DatasetSpec,
+    data_options,
+    ensure_dataset,
+    repo_relative,
+)
 from benchmarks.engines import (
     DRIVER_MEMORY,
     KS,
@@ -167,7 +184,7 @@ def time_runs(plan: Plan, out_dir: Path, timeout_s: float) -> list[RunRecord]:
                 peak_jvm_pss=measured.peak_jvm_pss,
                 peak_tree_rss=measured.peak_tree_rss,
                 peak_jvm_rss=measured.peak_jvm_rss,
-                log=_relative(measured.log),
+                log=repo_relative(measured.log),
                 timed_out=measured.timed_out,
                 steps_s=steps,
                 samples=measured.samples,
@@ -367,16 +384,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(fixed_cost.record(fixed, args.results, args.readme))
     big = big_clusters.run(argparse.Namespace(**{**vars(args), "rounds": args.repeats}))
     print(big_clusters.record(big, args.results, args.readme))
+    on_s3 = object_storage.run(argparse.Namespace(**{**vars(args), "rounds": args.repeats}))
+    print(object_storage.record(on_s3, args.results, args.readme))
     failed = [f"{r.workload} {r.engine}" for r in records if not r.ok]
     failed += [label for label, summary in fixed["checkouts"].items() if not summary["ok"]]
     failed += [] if big_clusters.ok(big) else ["big-clusters"]
+    failed += [] if object_storage.ok(on_s3) else ["object-storage"]
     wrong = [name for name, verdict in checks.items() if not verdict.get("ok")]
     if failed or wrong or not checks:
         log.error("failed runs: %s; outputs differing from the reference: %s", failed, wrong)
         return 1
     return 0
-
-
-def _relative(path: Path) -> str:
-    """A path under the repository as a relative one: results.json is committed."""
-    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)

@@ -345,3 +345,29 @@ def test_python_workers_are_this_python_on_local_spark_only() -> None:
     assert python_workers("local") == {"PYSPARK_PYTHON": sys.executable}
     assert python_workers("spark://host:7077") == {}
     assert python_workers("yarn") == {}
+
+
+def test_a_path_on_s3_adds_s3a_of_pysparks_own_hadoop() -> None:
+    """With a path on S3, local Spark starts with hadoop-aws of the Hadoop version pyspark's
+    jars are (S3A must match it), `s3://` mapped to S3A and the standard credential chain;
+    without one, none of it. `spark.conf` still wins."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    (client,) = jars.glob("hadoop-client-api-*.jar")
+    hadoop = client.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+    settings = SparkConfig(conf={"spark.hadoop.fs.s3a.retry.limit": "9"})
+    on_s3 = session.local_conf(settings, s3=True)
+    assert f"org.apache.hadoop:hadoop-aws:{hadoop}" in on_s3["spark.jars.packages"].split(",")
+    assert on_s3["spark.hadoop.fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    providers = on_s3["spark.hadoop.fs.s3a.aws.credentials.provider"].split(",")
+    assert [p.rsplit(".", 1)[-1] for p in providers] == [
+        "EnvironmentVariableCredentialsProvider",
+        "ProfileCredentialsProvider",
+        "WebIdentityTokenFileCredentialsProvider",
+        "IAMInstanceCredentialsProvider",
+    ]
+    assert on_s3["spark.hadoop.fs.s3a.retry.limit"] == "9"
+    local = session.local_conf(SparkConfig())
+    assert "hadoop-aws" not in local["spark.jars.packages"]
+    assert not any(key.startswith("spark.hadoop.fs.s3") for key in local)

@@ -7,7 +7,6 @@ the key (`ConfigError`, exit status 2).
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
@@ -27,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from logmetrics.console import did_you_mean
 from logmetrics.errors import ConfigError
 from logmetrics.redaction import REDACTED, looks_secret
 from logmetrics.schemas import BY_QUERY
@@ -336,14 +336,14 @@ class BackfillConfig(_Section):
     keep_cluster_keys: bool = Field(
         default=True,
         description="Keep the cluster keys of a cluster table version (a Delta version, or a "
-        "local Parquet table's file names, sizes and times) in `cluster_keys_dir`, and reuse "
-        "them while the table is unchanged, instead of building them every run.",
+        "Parquet table's file names, sizes and times) and reuse them while the table is "
+        "unchanged, instead of building them every run.",
     )
     cluster_keys_dir: Text | None = Field(
         default=None,
-        description="A local directory for the kept cluster keys; null: "
-        "`<output.warehouse>/_cluster_keys` (with catalog tables and no directory set, or a "
-        "remote one, they are built every run).",
+        description="A folder for the kept cluster keys, local or s3a://; null: "
+        "`<output.warehouse>/_cluster_keys`, or with catalog tables two Delta tables beside "
+        "them (a folder on another store keeps nothing: built every run).",
     )
 
 
@@ -642,6 +642,17 @@ class Config(_Section):
     alerts: AlertsConfig = AlertsConfig()
     evaluation: EvaluationConfig | None = None
 
+    def locations(self) -> list[str]:
+        """Every path the config names: inputs, warehouse, keys folder, evaluation files."""
+        inputs = self.inputs
+        paths = [inputs.clusters.path]
+        paths += [source.path for source in (inputs.served_logs, inputs.calibration) if source]
+        paths += [p for p in (self.output.warehouse, self.backfill.cluster_keys_dir) if p]
+        if self.evaluation is not None:
+            paths += [run.path for run in self.evaluation.runs.values()]
+            paths.append(self.evaluation.judgments.path)
+        return paths
+
     def fingerprint(self) -> str:
         """A short stable hash of everything that can change what a day publishes: inputs,
         metric settings, the quality gates and the alert rule (not where the output goes or how
@@ -719,9 +730,7 @@ def _did_you_mean(loc: Sequence[int | str]) -> str:
         if not found:
             return ""
         model = found[0]
-    known = [f.alias or name for name, f in model.model_fields.items()]
-    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return did_you_mean(str(loc[-1]), [f.alias or name for name, f in model.model_fields.items()])
 
 
 def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

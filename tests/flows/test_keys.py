@@ -38,7 +38,7 @@ from logmetrics.rules.cluster_keys import cluster_keys
 from logmetrics.rules.per_request import requests_by_key
 from logmetrics.schemas import CLUSTERS, SERVED_LOGS
 from logmetrics.session import BroadcastMemory
-from logmetrics.tables.keys_cache import KEEP, KeysCache
+from logmetrics.tables.keys_cache import KEEP, FolderKeys, KeysStore, TableKeys
 
 T0 = dt.datetime(2026, 1, 5, 10, 0, tzinfo=dt.UTC)
 KS = (1, 2, 3)
@@ -190,7 +190,7 @@ def _config(tmp_path: Path, **backfill: object) -> Config:
     )
 
 
-def _start(spark: SparkSession, kept: KeysCache | None, salt: int = 0) -> tuple[list, dict, int]:
+def _start(spark: SparkSession, kept: KeysStore | None, salt: int = 0) -> tuple[list, dict, int]:
     """The keys (sorted rows), the facts and the salt `start_cluster_keys` gives."""
     clusters_df = spark.createDataFrame(CLUSTER_ROWS, CLUSTERS)
     with SideSteps(Phases()) as side:
@@ -216,30 +216,31 @@ def test_kept_keys_are_the_keys_built_in_memory_with_their_facts(
         "cluster_empty_ids": 0,
     }
     kept = kept_keys(_config(tmp_path), "v3", ROWS)
-    assert kept is not None and kept.root == tmp_path / "wh" / "_cluster_keys"
-    assert kept.find(0) is None
+    assert isinstance(kept, FolderKeys) and kept.root.path == str(tmp_path / "wh" / "_cluster_keys")
+    root = Path(kept.root.path)
+    assert kept.find(spark, 0) is None
     assert _start(spark, kept) == built  # built, written, checked and kept
-    (entry,) = kept.root.glob("*/*/_entry.json")
+    (entry,) = root.glob("*/*/_entry.json")
     with caplog.at_level(logging.INFO, logger="logmetrics"):
         assert _start(spark, kept) == built  # read back
     assert "reused" in caplog.text
 
     data = entry.parent / "keys"
     next(data.glob("part-*.parquet")).unlink()  # a file lost: not as written
-    assert kept.find(0) is None
+    assert kept.find(spark, 0) is None
     assert _start(spark, kept) == built
-    assert kept.find(0) is not None
-    for marker in kept.root.glob("*/*/_entry.json"):
+    assert kept.find(spark, 0) is not None
+    for marker in root.glob("*/*/_entry.json"):
         marker.unlink()  # half-written entries: never read
-    assert kept.find(0) is None
+    assert kept.find(spark, 0) is None
 
 
 def test_a_salt_known_to_collide_is_skipped_and_old_entries_go(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     kept = kept_keys(_config(tmp_path), "v3", ROWS)
-    assert kept is not None
-    kept.commit(kept.new_entry(0), None)  # salt 0 found to collide by an earlier run
+    assert isinstance(kept, FolderKeys)
+    kept.commit(spark, kept.new_entry(0), None)  # salt 0 found to collide by an earlier run
     rows, facts, salt = _start(spark, kept)
     assert salt == 1
     assert (rows, facts) == _start(spark, None, salt=1)[:2]
@@ -248,29 +249,33 @@ def test_a_salt_known_to_collide_is_skipped_and_old_entries_go(
         other = kept_keys(_config(tmp_path), state, ROWS)
         assert other is not None and other.identity != kept.identity
         _start(spark, other)
-    assert len(list(kept.root.glob("*/*/_entry.json"))) == KEEP
-    assert kept.find(1) is None
+    assert len(list(Path(kept.root.path).glob("*/*/_entry.json"))) == KEEP
+    assert kept.find(spark, 1) is None
 
 
 def test_where_keys_are_kept(tmp_path: Path) -> None:
-    """Beside a local warehouse, in `cluster_keys_dir` when set; nowhere when reuse is off, the
-    directory remote, a Parquet table remote (its state is its files' names alone) or a table
-    too small to gain; the identity changes with the table's state."""
+    """Beside the warehouse (local or S3), in `cluster_keys_dir` when set, in tables beside
+    catalog outputs; nowhere when reuse is off, the folder on a store with no reader here, a
+    Parquet table on such a store (its state is its files' names alone) or a table too small
+    to gain; the identity changes with the table's state."""
     first = kept_keys(_config(tmp_path), "v1", ROWS)
     assert first is not None
     assert first.identity != kept_keys(_config(tmp_path), "v2", ROWS).identity  # type: ignore[union-attr]
     elsewhere = kept_keys(_config(tmp_path, cluster_keys_dir=str(tmp_path / "k")), "v1", ROWS)
-    assert elsewhere is not None and elsewhere.root == tmp_path / "k"
+    assert isinstance(elsewhere, FolderKeys) and elsewhere.root.path == str(tmp_path / "k")
     assert kept_keys(_config(tmp_path, keep_cluster_keys=False), "v1", ROWS) is None
-    assert kept_keys(_config(tmp_path, cluster_keys_dir="s3://bucket/keys"), "v1", ROWS) is None
+    on_s3 = kept_keys(_config(tmp_path, cluster_keys_dir="s3a://bucket/keys"), "v1", ROWS)
+    assert isinstance(on_s3, FolderKeys) and on_s3.root.uri() == "s3a://bucket/keys"
+    assert kept_keys(_config(tmp_path, cluster_keys_dir="abfss://c@a/keys"), "v1", ROWS) is None
     remote = _config(tmp_path).model_copy(
-        update={"inputs": InputsConfig(clusters=ClustersInput(path="s3://b/c", format="parquet"))}
+        update={"inputs": InputsConfig(clusters=ClustersInput(path="gs://b/c", format="parquet"))}
     )
     assert kept_keys(remote, "listing-hash", ROWS) is None
     catalog = Config.model_validate(
-        {"inputs": {"clusters": {"path": "c"}}, "output": {"schema": "metrics"}}
+        {"inputs": {"clusters": {"path": "c"}}, "output": {"catalog": "main", "schema": "m"}}
     )
-    assert kept_keys(catalog, "v1", ROWS) is None
+    in_tables = kept_keys(catalog, "v1", ROWS)
+    assert isinstance(in_tables, TableKeys) and str(in_tables).startswith("`main`.`m`.")
     assert kept_keys(_config(tmp_path), "v1", ROWS - 1) is None
 
 
@@ -321,3 +326,46 @@ def test_a_broadcast_out_of_memory_takes_the_next_plan_then_stops_with_a_sentenc
     line = str(stopped.value)
     assert "\n" not in line and "(driver heap 0.5 GiB)" in line
     assert "lower backfill.broadcast_max_chunks" in line and "raise spark.driver_memory" in line
+
+
+def test_kept_keys_in_tables_beside_catalog_outputs(spark: SparkSession) -> None:
+    """Catalog outputs with no keys folder: the keys are kept in two Delta tables of their
+    schema, read back by the next run with their facts; a salt known to collide is skipped;
+    past KEEP entries the oldest go from both tables."""
+    spark.sql("CREATE SCHEMA IF NOT EXISTS kept_keys_beside")
+    config = Config.model_validate(
+        {"inputs": {"clusters": {"path": "c"}}, "output": {"schema": "kept_keys_beside"}}
+    )
+    built = _start(spark, None)
+    kept = kept_keys(config, "v3", ROWS)
+    assert isinstance(kept, TableKeys)
+    assert kept.find(spark, 0) is None
+    assert _start(spark, kept) == built  # built, written, checked and kept
+    found = kept.find(spark, 0)
+    assert found is not None and found.facts == built[1]
+    assert (
+        sorted(
+            tuple(r)
+            for r in kept.read(spark, found)
+            .select("chunk_id", "cluster_key", "chunk_hash", "cluster_hash")
+            .collect()
+        )
+        == built[0]
+    )
+    assert _start(spark, kept) == built  # read back
+
+    other = kept_keys(config, "v4", ROWS)
+    assert isinstance(other, TableKeys)
+    other.commit(spark, other.new_entry(0), None)  # salt 0 found to collide by an earlier run
+    assert _start(spark, other)[2] == 1
+    for state in ("v5", "v6"):
+        newer = kept_keys(config, state, ROWS)
+        assert newer is not None
+        _start(spark, newer)
+    entries = spark.read.table("kept_keys_beside.logmetrics_cluster_keys_entries")
+    assert entries.count() == KEEP
+    assert kept.find(spark, 0) is None  # the oldest went
+    keys = spark.read.table("kept_keys_beside.logmetrics_cluster_keys")
+    assert {r.entry for r in keys.select("entry").distinct().collect()} <= {
+        r.entry for r in entries.collect()
+    }

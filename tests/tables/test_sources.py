@@ -220,3 +220,23 @@ def test_a_parquet_cluster_table_state_follows_the_files_spark_reads(
         assert state() == before, skipped
     pq.write_table(table.slice(0, 1), root / "_shard=1" / "part-0.parquet")
     assert state() != before
+
+
+def test_a_cluster_table_of_one_parquet_file_has_a_state_of_that_file(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A cluster table configured as one Parquet file (a path Spark reads as it is): its state
+    is read, and changes when the file is rewritten (it once failed: the file listed as a
+    directory)."""
+    path = tmp_path / "clusters.parquet"
+    table = pa.table({"chunk_id": ["a", "b"], "cluster_id": ["x", "x"]})
+    pq.write_table(table, path)
+    source = ClustersInput(path=str(path), format="parquet")
+
+    def state() -> str:
+        return clusters_state(spark, source, ClusterSnapshot(df=spark.range(0), version=None))
+
+    before = state()
+    assert state() == before
+    pq.write_table(table.slice(0, 1), path)
+    assert state() != before

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -41,18 +41,23 @@ class DayFiles:
     rows: int | None  # rows in those files, from their footers (None: not read from footers)
 
 
-def footer_day_files(source: ServedLogsInput, day: dt.date) -> DayFiles | None:
-    """`day`'s files from the local Parquet footers alone (`tables.footers`), or None when the
-    footers cannot place every file that may hold its rows."""
-    footers = footer_days(source, day, day)
+def footer_day_files(
+    source: ServedLogsInput, day: dt.date, skip_files: Collection[str] = ()
+) -> DayFiles | None:
+    """`day`'s files, but `skip_files`, from the Parquet footers alone (`tables.footers`), or
+    None when the footers cannot place every file that may hold its rows."""
+    footers = footer_days(source, day, day, skip_files=skip_files)
     if footers is None or footers.unplaced:
         return None
     return DayFiles(len(footers.states.get(day, [])), footers.rows.get(day, 0))
 
 
-def day_files(spark: SparkSession, config: Config, day: dt.date) -> DayFiles:
-    """`day`'s files by the narrow pass over its logs (`rules.per_request.day_file_states`)."""
-    logs_df = read_served_logs(spark, config.inputs.logs(), day, day)
+def day_files(
+    spark: SparkSession, config: Config, day: dt.date, skip_files: Sequence[str] = ()
+) -> DayFiles:
+    """`day`'s files, but `skip_files`, by the narrow pass over its logs
+    (`rules.per_request.day_file_states`)."""
+    logs_df = read_served_logs(spark, config.inputs.logs(), day, day, skip_files=skip_files)
     rows = logs_df.transform(day_file_states).where(F.col("metric_date") == F.lit(day)).collect()
     return DayFiles(len(rows[0].files) if rows else 0, None)
 
@@ -97,6 +102,33 @@ def day_inputs(
         }
     for day, placed in (footers.states if footers else {}).items():
         files.setdefault(day, []).extend(placed)
+    return day_states(dates, files, corrupt, clusters)
+
+
+def footer_day_inputs(
+    config: Config, clusters: str, dates: Sequence[dt.date], corrupt: Sequence[CorruptInput]
+) -> dict[dt.date, DayInputs] | None:
+    """`day_inputs` from the footers alone, without Spark; None when they cannot place every
+    file of the days (the logs are not Parquet on a local path or S3, or a file's footer cannot
+    say)."""
+    if not dates:
+        return {}
+    unreadable = [c.file for c in corrupt if c.line is None]
+    footers = footer_days(config.inputs.logs(), min(dates), max(dates), skip_files=unreadable)
+    if footers is None or footers.unplaced:
+        return None
+    return day_states(dates, footers.states, corrupt, clusters)
+
+
+def day_states(
+    dates: Sequence[dt.date],
+    files: Mapping[dt.date, Sequence[str]],
+    corrupt: Sequence[CorruptInput],
+    clusters: str,
+) -> dict[dt.date, DayInputs]:
+    """Each day's `DayInputs`: its files' states (`path|size|mtime`), the unreadable inputs that
+    may hold its rows, and the cluster table's state; a day without rows has the state of an
+    empty file set."""
     states = {}
     for day in dates:
         day_files = files.get(day, [])

@@ -14,9 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
-import shutil
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -40,8 +38,11 @@ from logmetrics.rules.cluster_keys import (
     served_chunk_hashes,
 )
 from logmetrics.session import BroadcastMemory
-from logmetrics.tables.delta_paths import absolute, local_path
-from logmetrics.tables.keys_cache import KeysCache, read_keys, write_keys
+from logmetrics.tables import storage
+from logmetrics.tables.catalog import schema_name
+from logmetrics.tables.delta_paths import absolute
+from logmetrics.tables.keys_cache import FolderKeys, KeysStore, TableKeys
+from logmetrics.tables.storage import Place
 
 log = logging.getLogger(__name__)
 
@@ -87,21 +88,22 @@ class ClusterKeys:
 
 
 def start_cluster_keys(
-    clusters_df: DataFrame, salt: int, side: SideSteps, kept: KeysCache | None = None
+    clusters_df: DataFrame, salt: int, side: SideSteps, kept: KeysStore | None = None
 ) -> ClusterKeys:
     """The keys under `salt` (or the first salt after it not known to collide, with `kept`),
     their check running as a side step. A collision (never seen in practice) is found before
     anything is written, and the caller computes the chunk again under the next salt, so
     unique_clusters stays exact.
 
-    With `kept` (`KeysCache`): keys kept by an earlier run are read, with their facts, and
+    With `kept` (`KeysStore`): keys kept by an earlier run are read, with their facts, and
     need no check; otherwise they are built and written there (a side step the chunk waits
     for), then checked, and kept with the verdict. Without it, they are built and persisted
     in memory."""
+    spark = clusters_df.sparkSession
     while True:
         if salt >= HASH_SALTS:
             raise LogmetricsError(f"cluster keys collide under {HASH_SALTS} different hashes")
-        entry = kept.find(salt) if kept is not None else None
+        entry = kept.find(spark, salt) if kept is not None else None
         if entry is None or entry.facts is not None:
             break
         salt += 1  # a salt known to collide: the next one
@@ -111,14 +113,12 @@ def start_cluster_keys(
             _done(keys_df), salt, side.submit("cluster keys", exact_key_facts, keys_df)
         )
     if entry is not None:
-        log.info("cluster keys of this table version reused (%s)", entry.path)
-        return ClusterKeys(
-            _done(read_keys(clusters_df.sparkSession, entry)), salt, _done(entry.facts)
-        )
-    path = kept.new_entry(salt)
-    frame = side.submit("cluster keys", _written_keys, clusters_df, salt, path)
+        log.info("cluster keys of this table version reused (%s)", kept)
+        return ClusterKeys(_done(kept.read(spark, entry)), salt, _done(entry.facts))
+    slot = kept.new_entry(salt)
+    frame = side.submit("cluster keys", _written_keys, clusters_df, salt, kept, slot)
     return ClusterKeys(
-        frame, salt, side.submit("cluster keys check", _kept_check, frame, kept, path)
+        frame, salt, side.submit("cluster keys check", _kept_check, frame, kept, slot)
     )
 
 
@@ -129,21 +129,18 @@ first run a write. At 200k chunks (the benchmark's small table) a nightly with k
 not slower than one that built them (benchmarks/README.md, "Kept cluster keys")."""
 
 
-def kept_keys(config: Config, cluster_state: str, table_rows: int) -> KeysCache | None:
+def kept_keys(config: Config, cluster_state: str, table_rows: int) -> KeysStore | None:
     """Where this run keeps (and finds) the cluster keys of the table's state, or None when
     they are built every run: `backfill.keep_cluster_keys` off, a table below
-    KEEP_KEYS_MIN_CHUNKS rows, no local directory (`backfill.cluster_keys_dir`, else under a
-    local `output.warehouse`), or a Parquet table on remote storage, whose state is its files'
-    names alone."""
-    backfill, source = config.backfill, config.inputs.clusters
+    KEEP_KEYS_MIN_CHUNKS rows, a keys folder on a store logmetrics has no reader for, or a
+    Parquet table on such a store, whose state is its files' names alone. The folder is
+    `backfill.cluster_keys_dir`, else `<output.warehouse>/_cluster_keys` (local or S3); with
+    catalog tables and no folder, two Delta tables beside them (`tables.keys_cache`)."""
+    backfill, source, output = config.backfill, config.inputs.clusters, config.output
     if not backfill.keep_cluster_keys or table_rows < KEEP_KEYS_MIN_CHUNKS:
         return None
-    folder = backfill.cluster_keys_dir
-    if folder is None and config.output.warehouse is not None:
-        folder = config.output.warehouse.rstrip("/") + "/_cluster_keys"
-    root = None if folder is None else local_path(folder)
-    if root is None or (source.format != "delta" and local_path(source.path) is None):
-        log.info("cluster keys built for this run only: no local directory to keep them in")
+    if source.format != "delta" and storage.place(source.path) is None:
+        log.info("cluster keys built for this run only: the Parquet table's store has no reader")
         return None
     what = {
         "format": KEYS_FORMAT,
@@ -154,7 +151,16 @@ def kept_keys(config: Config, cluster_state: str, table_rows: int) -> KeysCache 
         "state": cluster_state,
     }
     identity = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
-    return KeysCache(Path(os.path.abspath(root)), identity)
+    folder = backfill.cluster_keys_dir
+    if folder is None and output.warehouse is not None:
+        folder = output.warehouse.rstrip("/") + "/_cluster_keys"
+    if folder is None:  # catalog tables: the keys in tables beside them
+        return TableKeys(schema_name(output), identity)
+    root = storage.place(folder)
+    if root is None:
+        storage.say_no_reader(folder, "kept cluster keys", "they are built every run")
+        return None
+    return FolderKeys(root, identity)
 
 
 KEYS_FORMAT = 1
@@ -170,30 +176,35 @@ def _code_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-def _written_keys(clusters_df: DataFrame, salt: int, path: Path) -> DataFrame:
-    """The keys written to the entry at `path` and read back; if they cannot be written, built
-    and persisted in memory as without a keys directory (said in a warning)."""
+def _written_keys(
+    clusters_df: DataFrame, salt: int, kept: KeysStore, slot: Place | str
+) -> DataFrame:
+    """The keys written to the entry `slot` and read back; if they cannot be written, built
+    and persisted in memory as without a keys store (said in a warning)."""
     keys_df = cluster_keys(clusters_df, salt)
     try:
-        return write_keys(keys_df, path)
+        return kept.write(keys_df, slot)
     except Exception as exc:  # the run goes on without keeping them
-        log.warning("could not keep the cluster keys at %s (%s): built in memory", path, exc)
+        log.warning("could not keep the cluster keys in %s (%s): built in memory", kept, exc)
         return keys_df.persist(StorageLevel.MEMORY_AND_DISK)
 
 
-def _kept_check(frame: Future[DataFrame], kept: KeysCache, path: Path) -> dict[str, int] | None:
+def _kept_check(
+    frame: Future[DataFrame], kept: KeysStore, slot: Place | str
+) -> dict[str, int] | None:
     """`exact_key_facts` of the written keys; then the entry is completed with the verdict
     (a failure to do so is only a warning: the next run builds them again)."""
     keys_df = frame.result()
     facts = exact_key_facts(keys_df)
+    spark = keys_df.sparkSession
     try:
         if keys_df.is_cached and facts is not None:  # not written: nothing to keep
-            shutil.rmtree(path, ignore_errors=True)
+            kept.discard(spark, slot)
         else:
-            kept.commit(path, facts)
-        kept.evict()
-    except OSError as exc:
-        log.warning("could not keep the cluster keys at %s: %s", path, exc)
+            kept.commit(spark, slot, facts)
+        kept.evict(spark)
+    except Exception as exc:
+        log.warning("could not keep the cluster keys in %s: %s", kept, exc)
     return facts
 
 

@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from logmetrics.config import OutputConfig
+from logmetrics.interrupt import committing
 from logmetrics.schemas import (
     ALERTS,
     BY_QUERY,
@@ -47,7 +48,9 @@ from logmetrics.schemas import (
     REDUNDANCY_COST,
     by_query_schema,
 )
-from logmetrics.tables.delta_paths import delta_path_identifier, local_path, read_delta_path
+from logmetrics.tables import storage
+from logmetrics.tables.delta_paths import delta_path_identifier, read_delta_path
+from logmetrics.tables.lease import check_held
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -198,6 +201,12 @@ def table_ref(output: OutputConfig, table: Table) -> TableRef:
     return TableRef(table, location=table_location(output.warehouse, table), properties=properties)
 
 
+def schema_name(output: OutputConfig) -> str:
+    """The catalog schema of catalog tables, quoted: `catalog`.`schema` (or `schema`)."""
+    assert output.schema_name is not None
+    return ".".join(quote_identifier(p) for p in (output.catalog, output.schema_name) if p)
+
+
 def sql_target(ref: TableRef) -> str:
     """The table in SQL: its catalog name, or delta.`path`."""
     return ref.name or delta_path_identifier(str(ref.location))
@@ -251,8 +260,8 @@ def ensure_table(spark: SparkSession, ref: TableRef) -> None:
     table = ref.table
     if table.relaxed:
         _relax_columns(spark, ref)
-    if ref.location is not None and _is_local_delta_table(ref.location):
-        _ENSURED.add(str(ref))  # a local path we can look at: no statement for nothing
+    if ref.location is not None and _holds_delta_table(ref.location):
+        _ENSURED.add(str(ref))  # a path we can look at: no statement for nothing
         return
     columns = ", ".join(_column_ddl(field) for field in table.schema.fields)
     partitioned = f" PARTITIONED BY ({', '.join(table.partition_by)})" if table.partition_by else ""
@@ -300,15 +309,15 @@ def _properties_sql(ref: TableRef) -> str:
     return ", ".join(f"{sql_string(key)} = {sql_string(value)}" for key, value in ref.properties)
 
 
-def _is_local_delta_table(location: str) -> bool:
-    """Whether a local path already holds a Delta table: its log has a commit or a checkpoint
-    (old commits are cleaned up once a checkpoint covers them)."""
-    local = local_path(location)
-    log_dir = os.path.join(local, "_delta_log") if local is not None else None
-    if log_dir is None or not os.path.isdir(log_dir):
+def _holds_delta_table(location: str) -> bool:
+    """Whether a path (local or S3: `tables.storage`) already holds a Delta table: its log has
+    a commit or a checkpoint (old commits are cleaned up once a checkpoint covers them). False
+    where it cannot be looked at directly (the caller runs its statement)."""
+    where = storage.place(location)
+    if where is None:
         return False
-    with os.scandir(log_dir) as entries:
-        return any(e.name.endswith(".json") or e.name == "_last_checkpoint" for e in entries)
+    names = [info.base_name for info in where.child("_delta_log").listing()]
+    return any(name.endswith(".json") or name == "_last_checkpoint" for name in names)
 
 
 def _column_ddl(field: StructField) -> str:
@@ -476,14 +485,16 @@ def recent_commits(
     spark: SparkSession, output: OutputConfig, table: Table, limit: int = 20
 ) -> list[Commit]:
     """The table's newest `limit` commits, newest first; none before the table exists. A
-    local table's are read from its log's commit files (`_local_commits`: no Spark job),
-    any other's with `DESCRIBE HISTORY` (Delta reads only their commit files)."""
+    table on a local path or S3 has them read from its log's commit files (`_log_commits`: no
+    Spark job), any other with `DESCRIBE HISTORY` (Delta reads only their commit files)."""
     ref = table_ref(output, table)
-    root = local_path(ref.location) if ref.location is not None else None
+    root = storage.place(ref.location) if ref.location is not None else None
     if root is not None:
-        local = _local_commits(root, limit)
-        if local is not None:
-            return local
+        found = _log_commits(root, limit)
+        if found is not None:
+            return found
+    elif ref.location is not None:
+        storage.say_no_reader(ref.location, "a table's commits", "DESCRIBE HISTORY reads them")
     target = _existing_target(spark, output, table)
     if target is None:
         return []
@@ -496,17 +507,14 @@ def recent_commits(
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 
 
-def _local_commits(root: str, limit: int) -> list[Commit] | None:
-    """The newest `limit` commits of the Delta table at the local path `root`, newest first,
+def _log_commits(root: storage.Place, limit: int) -> list[Commit] | None:
+    """The newest `limit` commits of the Delta table at `root` (local or S3), newest first,
     each from its commit file's `commitInfo` action (the Delta protocol's: the operation and
     the userMetadata, what `DESCRIBE HISTORY` shows of them): [] when there is no log; None
     when a commit file has no `commitInfo` or a checkpoint alone holds the newest versions
     (the caller asks Delta)."""
-    log_dir = os.path.join(root, "_delta_log")
-    try:
-        names = os.listdir(log_dir)
-    except FileNotFoundError:
-        return []
+    log_dir = root.child("_delta_log")
+    names = [info.base_name for info in log_dir.listing()]
     versions = sorted(
         (int(m.group(1)) for name in names if (m := _COMMIT_FILE.match(name))), reverse=True
     )
@@ -515,12 +523,11 @@ def _local_commits(root: str, limit: int) -> list[Commit] | None:
     commits = []
     for version in versions[:limit]:
         info = None
-        with open(os.path.join(log_dir, f"{version:020d}.json"), encoding="utf-8") as commit:
-            for line in commit:
-                action = json.loads(line) if line.strip() else {}
-                if "commitInfo" in action:
-                    info = action["commitInfo"]
-                    break
+        for line in log_dir.child(f"{version:020d}.json").read_text().splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "commitInfo" in action:
+                info = action["commitInfo"]
+                break
         if not isinstance(info, dict):
             return None
         commits.append(Commit(version, str(info.get("operation", "")), info.get("userMetadata")))
@@ -692,10 +699,14 @@ MAX_ATTEMPTS = 6
 
 
 def _retry_conflicts(action: Callable[[], T], what: str) -> T:
-    """Run `action`, retrying with back-off when a concurrent Delta writer won the race."""
+    """Run `action`, retrying with back-off when a concurrent Delta writer won the race. No
+    attempt begins once the run was asked to stop (`interrupt.committing`) or this process
+    lost the warehouse's writer lease (`lease.check_held`)."""
     for attempt in range(1, MAX_ATTEMPTS + 1):
+        check_held()
         try:
-            return action()
+            with committing():
+                return action()
         except Exception as exc:
             if attempt == MAX_ATTEMPTS or not _CONFLICT.search(f"{type(exc).__name__} {exc}"):
                 raise

@@ -1,16 +1,17 @@
 """Corrupt and drifted served-log files, found once per run, before anything is computed.
 
-- **Parquet on a local path**: every file of the date range has its footer read (pyarrow reads
-  the footer only: about a millisecond a file). A file whose footer cannot be read (truncated,
+- **Parquet on a local path or S3** (`tables.storage`): every file of the date range has its
+  footer read (pyarrow reads the footer only: about a millisecond a file locally, a round trip
+  or two on S3, read side by side). A file whose footer cannot be read (truncated,
   not Parquet) is corrupt. A file whose schema breaks the contract (a rank stored as text, a
   `results` that is not a list) is an `InputError` naming the file and the column, whatever
   `inputs.on_corrupt` says: that is drift, not damage, and no day may be computed from it.
 - **JSON lines**: one Spark pass lists the lines the reader could not take. A line that is not
   JSON is corrupt; a line that is JSON but off-contract (a rank "first", a `results` that is a
   string) is an `InputError` naming the file and the column.
-- **Delta** tables are written whole by Delta's log: nothing to scan. Remote Parquet (s3://,
-  abfss://, ...) is not scanned; a damaged file there fails the run when Spark reads it, and
-  the CLI names the file in one line.
+- **Delta** tables are written whole by Delta's log: nothing to scan. Parquet on a store with
+  no reader here (abfss://, gs://, ...) is not scanned (the run's log says so); a damaged file
+  there fails the run when Spark reads it, and the CLI names the file in one line.
 
 What is done with the corrupt ones is `inputs.on_corrupt`'s: `fail` (the run stops before it
 publishes anything) or `quarantine` (the file, or the line, goes to the quarantine table on
@@ -21,8 +22,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,10 +33,12 @@ from pyspark.sql import functions as F
 
 from logmetrics.config import ServedLogsInput
 from logmetrics.errors import InputError
-from logmetrics.tables.delta_paths import local_path
+from logmetrics.tables import storage
+from logmetrics.tables.footers import READERS
 from logmetrics.tables.sources import (
     CORRUPT_RECORD,
     JSON_LOGS,
+    DataFile,
     check_contract,
     conform_served_logs,
     data_files,
@@ -97,8 +100,14 @@ def scan_served_logs(
         if spark is None:
             raise ValueError("JSON lines are scanned with Spark")
         return _scan_json(spark, source, start, end, what)
-    root = local_path(source.path)
-    if source.format != "parquet" or root is None or not os.path.isdir(root):
+    root = storage.place(source.path) if source.format == "parquet" else None
+    if root is None:
+        if source.format == "parquet":
+            storage.say_no_reader(
+                source.path, "the damaged-file scan", "a damaged file fails the run when read"
+            )
+        return []
+    if not root.is_dir():
         return []
     return _scan_parquet(source, root, start, end, what)
 
@@ -122,20 +131,21 @@ def undated_rows(spark: SparkSession, source: ServedLogsInput) -> int:
 
 
 def _scan_parquet(
-    source: ServedLogsInput, root: str, start: dt.date, end: dt.date, what: str
+    source: ServedLogsInput, root: storage.Place, start: dt.date, end: dt.date, what: str
 ) -> list[CorruptInput]:
-    import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
 
     partition = date_partition_column(source)
     corrupt = []
     first: dict[str, tuple[str, str]] = {}  # contract field -> (type, the first file with it)
     lo, hi = start - dt.timedelta(days=1), end + dt.timedelta(days=1)  # the reader's margin
-    for path, day in data_files(root, partition, lo, hi):
-        try:
-            schema = pq.read_schema(path)
-        except Exception as exc:  # whatever pyarrow says, the file is unreadable
-            corrupt.append(CorruptInput(file_key(path), first_line(exc), day))
+    files = list(data_files(root, partition, lo, hi))
+    with ThreadPoolExecutor(READERS) as pool:
+        schemas = list(pool.map(_schema, files))
+    for file, schema in zip(files, schemas, strict=True):
+        path = file.path
+        if isinstance(schema, Exception):  # whatever pyarrow says, the file is unreadable
+            corrupt.append(CorruptInput(file_key(path), first_line(schema), file.day))
             continue
         try:
             fields = {f.name: f.dataType for f in from_arrow_schema(schema).fields}
@@ -151,6 +161,17 @@ def _scan_parquet(
                     f"{seen[1]} as {seen[0]}: the files of one dataset must agree"
                 )
     return corrupt
+
+
+def _schema(file: DataFile) -> Any:
+    """The file's Arrow schema, from its footer; the exception when it cannot be read."""
+    import pyarrow.parquet as pq
+
+    try:
+        with file.place.fs.open_input_file(file.info.path) as handle:
+            return pq.read_schema(handle)
+    except Exception as exc:
+        return exc
 
 
 def _contract_types(fields: dict[str, Any]) -> dict[str, str]:

@@ -1,5 +1,7 @@
-"""The days each local Parquet log file holds rows of, read from its footer: the narrow pass's
-answer for a file without reading a row of it (`flows.inputs`).
+"""The days each Parquet log file holds rows of, read from its footer: the narrow pass's answer
+for a file without reading a row of it (`flows.inputs`). Local files and files on S3 are read
+alike (`tables.storage`: a footer is two small ranged reads on S3, read side by side); the
+logs on a store logmetrics has no reader for are left to the narrow pass.
 
 A footer keeps, for every row group, the smallest and the largest `served_at` and how many are
 null. A file is **placed** from them when the answer is certain, and exactly what the narrow
@@ -19,19 +21,21 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from logmetrics.config import ServedLogsInput
-from logmetrics.tables.delta_paths import local_path
-from logmetrics.tables.sources import data_files, date_partition_column, file_key
+from logmetrics.tables import storage
+from logmetrics.tables.sources import DataFile, data_files, date_partition_column, file_key
 
 _PER_DAY = {"milliseconds": 86_400_000, "microseconds": 86_400_000_000}
 _LEGACY_CALENDAR = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")
-_PLAIN_PATH = re.compile(r"^/[A-Za-z0-9/._=+,~-]*$")  # nothing Hadoop's URI would escape
+_PLAIN_PATH = re.compile(r"^/?[A-Za-z0-9/._=+,~-]*$")  # nothing Hadoop's URI would escape
 _EPOCH = dt.datetime(1970, 1, 1)
+READERS = 8
+"""Footers read at once: on S3 each is a round trip or two, spent waiting."""
 
 
 @dataclass
@@ -41,49 +45,57 @@ class FooterDays:
 
     states: dict[dt.date, list[str]] = field(default_factory=dict)  # day -> `path|size|mtime`
     rows: dict[dt.date, int] = field(default_factory=dict)  # day -> rows in its files
-    placed: list[str] = field(default_factory=list)  # local paths
-    unplaced: list[str] = field(default_factory=list)  # local paths
+    placed: list[str] = field(default_factory=list)  # paths, as Spark lists them
+    unplaced: list[str] = field(default_factory=list)
+    undated: int = 0  # rows without served_at in logs without a date partition: no day's
 
 
 def footer_days(
     source: ServedLogsInput, start: dt.date, end: dt.date, skip_files: Collection[str] = ()
 ) -> FooterDays | None:
     """The log files of start..end placed on their days from their footers; None where the
-    logs are not Parquet files on a local path (the narrow pass reads them all)."""
-    root = local_path(source.path)
-    if source.format != "parquet" or root is None or not os.path.isdir(root):
+    logs are not Parquet files on a local path or S3 (the narrow pass reads them all)."""
+    root = storage.place(source.path) if source.format == "parquet" else None
+    if root is None:
+        if source.format == "parquet":
+            storage.say_no_reader(
+                source.path, "the log files' footers", "the narrow pass reads them"
+            )
+        return None
+    if not root.is_dir():
         return None
     partition = date_partition_column(source)
     skipped = {file_key(f) for f in skip_files}
-    found = FooterDays()
     lo, hi = start - dt.timedelta(days=1), end + dt.timedelta(days=1)  # the reader's margin
-    for path, partition_day in data_files(root, partition, lo, hi):
-        if file_key(path) in skipped:
-            continue
-        placed = _days(path, partition is not None, partition_day)
-        state = _file_state(path) if placed is not None else None
+    files = [f for f in data_files(root, partition, lo, hi) if file_key(f.path) not in skipped]
+    with ThreadPoolExecutor(READERS) as pool:
+        placements = list(pool.map(lambda f: _days(f, partition is not None), files))
+    found = FooterDays()
+    for file, placed in zip(files, placements, strict=True):
+        state = _file_state(file) if placed is not None else None
         if placed is None or state is None:
-            found.unplaced.append(path)
+            found.unplaced.append(file.path)
             continue
-        days, rows = placed
-        found.placed.append(path)
+        days, rows, nulls = placed
+        found.undated += 0 if partition is not None else nulls
+        found.placed.append(file.path)
         for day in sorted(d for d in days if start <= d <= end):
             found.states.setdefault(day, []).append(state)
             found.rows[day] = found.rows.get(day, 0) + rows
     return found
 
 
-def _days(
-    path: str, partitioned: bool, partition_day: dt.date | None
-) -> tuple[set[dt.date], int] | None:
-    """The UTC days of the file's served_at values (null ones on `partition_day`) and its
-    rows, or None when the footer cannot say for certain."""
+def _days(file: DataFile, partitioned: bool) -> tuple[set[dt.date], int, int] | None:
+    """The UTC days of the file's served_at values (null ones on its partition's day), its rows
+    and its null served_at values, or None when the footer cannot say for certain."""
     import pyarrow.parquet as pq
 
+    partition_day = file.day
     if partitioned and partition_day is None:
         return None
     try:
-        metadata = pq.read_metadata(path)
+        with file.place.fs.open_input_file(file.info.path) as handle:
+            metadata = pq.read_metadata(handle)
     except Exception:  # unreadable here: the narrow pass (or the scan) will judge it
         return None
     if any(key in (metadata.metadata or {}) for key in _LEGACY_CALENDAR):
@@ -99,6 +111,7 @@ def _days(
     if per_day is None:
         return None
     days: set[dt.date] = set()
+    nulls = 0
     for group in range(metadata.num_row_groups):
         row_group = metadata.row_group(group)
         stats = row_group.column(index).statistics
@@ -106,6 +119,7 @@ def _days(
             continue
         if stats is None or not stats.has_null_count:
             return None
+        nulls += stats.null_count
         if stats.null_count > 0 and partition_day is not None:
             days.add(partition_day)
         if stats.null_count < row_group.num_rows:
@@ -116,25 +130,14 @@ def _days(
             if (last - first).days > 1:  # the days between may hold no row
                 return None
             days.update((first, last))
-    return days, metadata.num_rows
+    return days, metadata.num_rows, nulls
 
 
-def _file_state(path: str) -> str | None:
+def _file_state(file: DataFile) -> str | None:
     """`path|size|modification time` as Spark's file metadata gives them in the narrow pass (the
-    path as a `file:` URI, the time in milliseconds as UTC timestamp text), or None for a path
-    Spark would escape."""
-    absolute = os.path.abspath(path)
-    if not _PLAIN_PATH.match(absolute):
+    path as Spark's URI: `file:/abs` or `s3a://bucket/key`; the time in milliseconds as UTC
+    timestamp text), or None for a path Spark would escape."""
+    if not _PLAIN_PATH.match(file.info.path):
         return None
-    status = os.stat(absolute)
-    millis = status.st_mtime_ns // 1_000_000
-    return f"file:{absolute}|{status.st_size}|{_timestamp_text(millis)}"
-
-
-def _timestamp_text(millis: int) -> str:
-    """A UTC timestamp of `millis` as Spark casts it to text (a fraction without its trailing
-    zeros, none when it is 0)."""
-    moment = _EPOCH + dt.timedelta(milliseconds=millis)
-    text = moment.strftime("%Y-%m-%d %H:%M:%S")
-    fraction = f"{millis % 1000:03d}".rstrip("0")
-    return f"{text}.{fraction}" if fraction else text
+    uri = file.place.spark_uri(file.info.path)
+    return f"{uri}|{file.info.size}|{storage.mtime_text(file.info)}"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+from pyarrow import fs as pafs
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -57,7 +58,9 @@ from logmetrics.schemas import (
     SERVED_AT_TEXT,
     SERVED_LOGS,
 )
+from logmetrics.tables import storage
 from logmetrics.tables.delta_paths import absolute, delta_path_identifier, local_path
+from logmetrics.tables.storage import Place
 
 _PARTITION_DIR = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\d{4}-\d{2}-\d{2})$")
 
@@ -96,7 +99,7 @@ def read_served_logs(
     them.
     """
     what = f"served logs at {source.path}"
-    _require_local_path(source.path, what)
+    _require_path(source.path, what)
     partition = date_partition_column(source)
     try:
         raw = load_raw_served_logs(spark, source, segment_by, partition, skip_files)
@@ -173,10 +176,10 @@ def load_raw_served_logs(
     if source.format != "parquet":
         return reader.format(source.format).load(source.path)
     paths = [source.path]
-    root = local_path(source.path)
+    root = storage.place(source.path)
     if skip_files and root is not None:  # the scan's corrupt files: listed here, not by Spark
         skipped = {file_key(f) for f in skip_files}
-        paths = [f for f, _ in data_files(root, partition) if file_key(f) not in skipped]
+        paths = [f.path for f in data_files(root, partition) if file_key(f.path) not in skipped]
         reader = reader.option("basePath", source.path)
         if not paths:  # every file is corrupt: no rows
             columns = list(SERVED_LOGS.fields)
@@ -187,22 +190,52 @@ def load_raw_served_logs(
     return reader.schema(widened(inferred)).parquet(*paths)
 
 
+@dataclass(frozen=True)
+class DataFile:
+    """A data file Spark reads below a location (`data_files`): its path as Spark lists it
+    (an absolute local path, or `s3a://bucket/key`), its listing, and its date partition's
+    date."""
+
+    path: str
+    info: Any  # pyarrow.fs.FileInfo: size and modification time, as listed
+    day: dt.date | None
+    place: Place
+
+
 def data_files(
-    root: str, partition: str | None, lo: dt.date | None = None, hi: dt.date | None = None
-) -> Iterator[tuple[str, dt.date | None]]:
-    """The data files below a local `root` that Spark reads (Spark's rule: names starting with
-    `.`, or with `_` unless they hold `=`, and `._COPYING_` ones skipped), each with its date
-    partition's date; partitions outside lo..hi are pruned."""
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if _read_by_spark(d))
+    root: Place, partition: str | None, lo: dt.date | None = None, hi: dt.date | None = None
+) -> Iterator[DataFile]:
+    """The data files below `root` that Spark reads (Spark's rule: names starting with `.`,
+    or with `_` unless they hold `=`, and `._COPYING_` ones skipped), each with its date
+    partition's date; partitions outside lo..hi are pruned, never listed. A directory's files
+    come before its subdirectories', each in name order. A root that is a file is that one
+    file, as Spark reads it."""
+    top = root.info()
+    if top.type == pafs.FileType.File:
+        yield DataFile(root.uri(), top, None, root)
+        return
+    todo = [root.path]
+    while todo:
+        folder = todo.pop()
+        relative = folder[len(root.path) :].strip("/")
         day = None
-        if partition is not None:
-            day = partition_dir_date(os.path.relpath(folder, root), partition)
+        if partition is not None and relative:
+            day = partition_dir_date(relative, partition)
             if day is not None and lo is not None and hi is not None and not lo <= day <= hi:
-                dirs[:] = []
                 continue
-        for name in sorted(n for n in names if _read_by_spark(n)):
-            yield os.path.join(folder, name), day
+        entries = root.at(folder).listing()
+        for info in entries:
+            if info.type == pafs.FileType.File and _read_by_spark(info.base_name):
+                yield DataFile(root.uri(info.path), info, day, root)
+        todo.extend(
+            reversed(
+                [
+                    info.path
+                    for info in entries
+                    if info.type == pafs.FileType.Directory and _read_by_spark(info.base_name)
+                ]
+            )
+        )
 
 
 def _read_by_spark(name: str) -> bool:
@@ -286,7 +319,7 @@ def check_contract(fields: Mapping[str, DataType], what: str) -> dict[str, Conve
 def read_clusters(spark: SparkSession, source: ClustersInput) -> ClusterSnapshot:
     """The cluster table, at the pinned Delta version or at the latest one (recorded)."""
     what = f"cluster table at {source.path}"
-    _require_local_path(source.path, what)
+    _require_path(source.path, what)
     path = absolute(source.path)  # the history (SQL) and the read resolve it alike
     try:
         if source.format == "delta":
@@ -312,18 +345,25 @@ def read_clusters(spark: SparkSession, source: ClustersInput) -> ClusterSnapshot
 
 def clusters_state(spark: SparkSession, source: ClustersInput, clusters: ClusterSnapshot) -> str:
     """The cluster table's state, recorded beside every day computed from it: `v<version>` for a
-    Delta table (the version read), else a hash of its file listing (path, size, mtime; on
-    remote storage, the names Spark reads)."""
+    Delta table (the version read), else a hash of its file listing (path, size, mtime; on a
+    store logmetrics has no reader for, the names Spark reads)."""
     if clusters.version is not None:
         return f"v{clusters.version}"
-    local = local_path(source.path)
-    if local is None:
+    root = storage.place(source.path)
+    if root is None:
+        storage.say_no_reader(source.path, "the cluster table's listing", "Spark lists its files")
         files = sorted(spark.read.format(source.format).load(source.path).inputFiles())
         return hashlib.sha256("\n".join(files).encode()).hexdigest()
-    entries = []
-    for path, _ in data_files(local, None):  # the files Spark reads, in listing order
-        info = os.stat(path)
-        entries.append(f"{os.path.relpath(path, local)}:{info.st_size}:{info.st_mtime_ns}")
+    return parquet_listing_state(root)
+
+
+def parquet_listing_state(root: Place) -> str:
+    """A hash of the data files Spark reads below `root`: each one's path relative to it, size
+    and modification time (nanoseconds), in listing order."""
+    entries = [
+        f"{f.path[len(root.uri()) :].lstrip('/')}:{f.info.size}:{f.info.mtime_ns}"
+        for f in data_files(root, None)
+    ]
     return hashlib.sha256("\n".join(entries).encode()).hexdigest()
 
 
@@ -422,7 +462,7 @@ def read_calibration(spark: SparkSession, source: CalibrationInput) -> pd.DataFr
 
 
 def _read_table_input(spark: SparkSession, path: str, fmt: str, what: str) -> DataFrame:
-    _require_local_path(path, what)
+    _require_path(path, what)
     try:
         if fmt == "csv":  # every column as text; the contract's columns are converted below
             df = spark.read.option("header", "true").csv(path)
@@ -447,7 +487,7 @@ def _read_whitespace_columns(
 ) -> DataFrame:
     """A TREC file's whitespace-separated fields, as text columns; blank lines are skipped and
     a line with the wrong number of fields is an InputError naming the first such line."""
-    _require_local_path(path, what)
+    _require_path(path, what)
     try:
         lines = spark.read.text(path)
     except AnalysisException as exc:
@@ -501,14 +541,14 @@ def _conform_columns(df: DataFrame, what: str, contract: StructType) -> DataFram
 
 def check_path_exists(path: str, what: str) -> None:
     """Fail fast, before Spark starts, when a local input path does not exist."""
-    _require_local_path(path, f"{what} at {path}")
+    _require_path(path, f"{what} at {path}")
 
 
 def check_evaluation_inputs_exist(runs: dict[str, RunInput], judgments: JudgmentsInput) -> None:
     """Fail fast, before Spark starts, when a local run or judgments path does not exist."""
     for name, run in runs.items():
-        _require_local_path(run.path, f"run {name!r} at {run.path}")
-    _require_local_path(judgments.path, f"judgments at {judgments.path}")
+        _require_path(run.path, f"run {name!r} at {run.path}")
+    _require_path(judgments.path, f"judgments at {judgments.path}")
 
 
 # --- type conversions ---------------------------------------------------------------------
@@ -579,10 +619,24 @@ def date_partition_column(source: ServedLogsInput) -> str | None:
         return None
     if source.date_partition != "auto":
         return source.date_partition
-    path = local_path(source.path)
-    if path is None or not os.path.isdir(path):
+    return _detected_partition_column(source.path)
+
+
+def _detected_partition_column(path: str) -> str | None:
+    """The one `<column>=YYYY-MM-DD` name of the directories right below `path` (local or S3),
+    or None (none, several, or a store logmetrics has no reader for)."""
+    root = storage.place(path)
+    if root is None:
         return None
-    names = {m.group(1) for entry in os.listdir(path) if (m := _PARTITION_DIR.match(entry))}
+    try:
+        entries = root.listing()
+    except OSError:
+        return None  # the read says what is wrong, in one line
+    names = {
+        m.group(1)
+        for info in entries
+        if info.type == pafs.FileType.Directory and (m := _PARTITION_DIR.match(info.base_name))
+    }
     return names.pop() if len(names) == 1 else None
 
 
@@ -605,18 +659,19 @@ def _partition_filter(
 
 
 def check_inputs_exist(inputs: InputsConfig) -> None:
-    """Fail fast, before Spark starts, when a local input path does not exist."""
+    """Fail fast, before Spark starts, when an input path does not exist, or its store cannot be
+    reached (`storage.check_exists`)."""
     served_logs = inputs.logs()
-    _require_local_path(served_logs.path, f"served logs at {served_logs.path}")
-    _require_local_path(inputs.clusters.path, f"cluster table at {inputs.clusters.path}")
+    _require_path(served_logs.path, f"served logs at {served_logs.path}")
+    _require_path(inputs.clusters.path, f"cluster table at {inputs.clusters.path}")
     if inputs.calibration is not None:
-        _require_local_path(inputs.calibration.path, f"calibration at {inputs.calibration.path}")
+        _require_path(inputs.calibration.path, f"calibration at {inputs.calibration.path}")
 
 
 def partition_dir_date(relative_dir: str, column: str) -> dt.date | None:
     """The date of a `<column>=YYYY-MM-DD` directory (the first such level of a path relative
     to the logs' root), or None."""
-    for part in relative_dir.split(os.sep):
+    for part in relative_dir.replace(os.sep, "/").split("/"):
         match = _PARTITION_DIR.match(part)
         if match and match.group(1) == column:
             try:
@@ -635,10 +690,8 @@ def _partition_as_date(df: DataFrame, column: str) -> Column:
     return F.to_date(F.col(column))
 
 
-def _require_local_path(path: str, what: str) -> None:
-    local = local_path(path)
-    if local is not None and not os.path.exists(local):
-        raise InputError(f"{what}: path does not exist")
+def _require_path(path: str, what: str) -> None:
+    storage.check_exists(path, what)
 
 
 def first_line(exc: Exception) -> str:
@@ -666,27 +719,35 @@ def missing_ready_markers(
             "inputs.served_logs.date_partition to the column)"
         )
     paths = {d: f"{source.path.rstrip('/')}/{column}={d.isoformat()}/{marker}" for d in dates}
-    if local_path(source.path) is not None:
-        return {d: p for d, p in paths.items() if not os.path.isfile(str(local_path(p)))}
+    if storage.place(source.path) is not None:
+        return {d: p for d, p in paths.items() if not _is_file(p)}
     if spark is None:
         raise InputError(f"served logs at {source.path}: a remote path needs Spark to look at")
     return {d: p for d, p in paths.items() if not _remote_file_exists(spark, p)}
 
 
+def _is_file(path: str) -> bool:
+    where = storage.place(path)
+    assert where is not None  # the logs' store has a reader
+    try:
+        return where.is_file()
+    except OSError as exc:
+        raise InputError(f"{path}: {storage.problem(path, exc)}") from None
+
+
 def needs_spark_for_readiness(source: ServedLogsInput) -> bool:
-    """Whether `missing_ready_markers` must look through Spark (a marker on a remote path)."""
-    return source.ready_marker is not None and local_path(source.path) is None
+    """Whether `missing_ready_markers` must look through Spark (a marker on a store
+    logmetrics has no reader for)."""
+    return source.ready_marker is not None and storage.place(source.path) is None
 
 
 def _marker_partition_column(source: ServedLogsInput) -> str | None:
     """The date-partition column whose directories hold the markers, of any format."""
     if source.date_partition not in {"auto", "none"}:
         return source.date_partition
-    path = local_path(source.path)
-    if source.date_partition == "none" or path is None or not os.path.isdir(path):
+    if source.date_partition == "none":
         return None
-    names = {m.group(1) for entry in os.listdir(path) if (m := _PARTITION_DIR.match(entry))}
-    return names.pop() if len(names) == 1 else None
+    return _detected_partition_column(source.path)
 
 
 def _remote_file_exists(spark: SparkSession, path: str) -> bool:
