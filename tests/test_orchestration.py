@@ -17,12 +17,11 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 from pyspark.sql import SparkSession
 
 from logmetrics.cli import main
 from logmetrics.synthetic import generate
-from suite_session import ACCELERATOR, SHORT_JVM, TEST_CONF
+from suite_session import process_config
 
 pytestmark = pytest.mark.slow
 
@@ -41,30 +40,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(data: Path, warehouse: Path) -> Path:
-    """The backfills' config, as YAML beside the warehouse. Their engine and Spark settings are
-    the suite session's (tests/suite_session.py: one task, no generated code, no Delta checksum
-    or file statistics) with a JVM for short runs (SHORT_JVM): a process the tests start
-    runs as the in-process backfills do, a few seconds of work each."""
-    path = warehouse.parent / f"{warehouse.name}.yaml"
-    config = {
-        "inputs": {
-            "served_logs": {"path": str(data / "served_logs")},
-            "clusters": {"path": str(data / "clusters_parquet"), "format": "parquet"},
-        },
-        "output": {"warehouse": str(warehouse)},
-        "metrics": {"ks": [5, 10]},
-        "backfill": {"days_per_chunk": 2},
-        "quality": {"max_malformed_rate": 0.05, "on_failure": "warn"},
-        "spark": {
-            "master": "local[1]",
-            "driver_memory": "1g",
-            "profile": "short",
-            "accelerator": ACCELERATOR,
-            "conf": {**TEST_CONF, "spark.driver.extraJavaOptions": SHORT_JVM},
-        },
-    }
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
+    """The backfills' config (tests/suite_session.py), in chunks of two days."""
+    return process_config(data, warehouse, backfill={"days_per_chunk": 2})
 
 
 def _snapshot(spark: SparkSession, warehouse: Path) -> dict[str, list[tuple[Any, ...]]]:
@@ -208,6 +185,7 @@ def uninterrupted(
     return Uninterrupted(_snapshot(spark, warehouse), _snapshot_by_day(spark, warehouse))
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize(
     ("moment", "pattern", "occurrence", "delay"),
     [
@@ -262,6 +240,7 @@ def test_killed_backfill_resumes_to_the_tables_of_an_uninterrupted_run(
     assert sorted(set(published_days)) == [START + dt.timedelta(days=i) for i in range(DAYS)]
 
 
+@pytest.mark.reliability
 def test_concurrent_backfills_over_disjoint_and_overlapping_dates(
     spark: SparkSession, data: Path, tmp_path: Path
 ) -> None:

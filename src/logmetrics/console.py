@@ -10,12 +10,16 @@ once, at its level. So nothing is both printed and logged to the terminal.
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 CONSOLE = "console"
 """The attribute `say` sets on a record that is a line of the human summary."""
+RUN_LOG = "logmetrics_run_log"
+"""The attribute marking the handler of the run's log file (on the root logger)."""
 
 
 def say(logger: logging.Logger, message: str, level: int = logging.INFO, **fields: Any) -> None:
@@ -26,6 +30,19 @@ def say(logger: logging.Logger, message: str, level: int = logging.INFO, **field
 
 def is_console(record: logging.LogRecord) -> bool:
     return bool(getattr(record, CONSOLE, False))
+
+
+def run_log(written: bool = False) -> str | None:
+    """The run's log file, relative to the working directory when it lies under it: where a
+    one-line error says its full trace is. None without one (JSON on stderr, or `spark.log_dir:
+    null`), or, with `written`, before anything was written to it."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and getattr(handler, RUN_LOG, False):
+            if written and handler.stream is None:
+                return None
+            relative = os.path.relpath(handler.baseFilename)
+            return handler.baseFilename if relative.startswith("..") else relative
+    return None
 
 
 def duration(seconds: float) -> str:
@@ -43,3 +60,10 @@ def days_text(days: Sequence[dt.date], most: int = 4) -> str:
     if len(ordered) <= most:
         return ", ".join(map(str, ordered))
     return f"{len(ordered)} days from {ordered[0]} to {ordered[-1]}"
+
+
+def did_you_mean(given: str, known: Iterable[str]) -> str:
+    """`; did you mean 'backfill'?` for a misspelt name (a command, a config key), from the
+    names it could have been; empty when none is close."""
+    close = difflib.get_close_matches(given, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""

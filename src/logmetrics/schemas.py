@@ -442,8 +442,9 @@ JOB_RUNS = StructType(
         _field(
             "status",
             StringType(),
-            "started, published, held (a blocking quality check failed; not published) or "
-            "failed (the run stopped with an error before the day was written).",
+            "started, published, held (a blocking quality check failed; not published), "
+            "failed (the run stopped with an error before the day was written) or interrupted "
+            "(a signal stopped the run before it published the day).",
             False,
         ),
         _field("started_at", TimestampType(), "When the run started (UTC).", False),
@@ -480,7 +481,8 @@ JOB_RUNS = StructType(
         _field(
             "error",
             StringType(),
-            "On `failed`: the error's one line; on `held`: the blocking checks that failed.",
+            "On `failed`: the error's one line; on `held`: the blocking checks that failed; on "
+            "`interrupted`: the signal.",
         ),
     ]
 )

@@ -14,6 +14,16 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DateType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    TimestampType,
+)
 
 from logmetrics.config import OutputConfig
 from logmetrics.flows.side_steps import SideSteps
@@ -21,6 +31,7 @@ from logmetrics.flows.writes import ChunkWrites, Position, RunWrites
 from logmetrics.phases import Phases
 from logmetrics.schemas import JOB_RUNS
 from logmetrics.tables.catalog import (
+    DAILY_TABLE,
     DATA_QUALITY_TABLE,
     JOB_RUNS_TABLE,
     RunStamp,
@@ -184,6 +195,29 @@ def test_a_run_that_is_not_sole_replaces(
     assert _table(spark, output) == sorted(_by("first", OTHER) + _by("A"))
 
 
+def test_the_first_run_into_a_new_warehouse_says_it_found_no_ledger_once_per_chunk(
+    spark: SparkSession, tmp_path: Path, side: SideSteps, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A warehouse with no ledger when the run read it: the run replaces (it has no version to
+    count itself sole from), and says so, once for the chunk's two tables, without inventing
+    another run. Fails on `another run began days between this run's read of the ledger and
+    its own`, logged once per table."""
+    output = OutputConfig(warehouse=str(tmp_path / "new"))
+    position: Future[Position] = Future()
+    position.set_result(Position(None, 0))
+    run = RunWrites(spark, output, _stamp("A"), frozenset([DAY]), position, side)
+    writes = run.for_chunk([DAY], [TABLE, DAILY_TABLE])
+    with caplog.at_level("INFO", logger="logmetrics.flows.writes"):
+        writes.write(_rows(spark, DAY), TABLE, [DAY])
+        writes.write(_daily_rows(spark, DAY), DAILY_TABLE, [DAY])
+    said = [r.getMessage() for r in caplog.records if r.name == "logmetrics.flows.writes"]
+    assert said == [
+        f"{DAY}: replaced in every table (the warehouse had no ledger when this run read it)"
+    ]
+    assert _table(spark, output) == _by("A")
+    assert _modes(spark, output, since=-1)[-1] == "A WRITE Overwrite"  # not an append
+
+
 def test_a_local_tables_commits_read_from_its_log_are_delta_s_history(
     spark: SparkSession, output: OutputConfig, side: SideSteps
 ) -> None:
@@ -198,3 +232,44 @@ def test_a_local_tables_commits_read_from_its_log_are_delta_s_history(
         read = recent_commits(spark, output, table, limit=3)
         assert [(c.version, c.operation, c.user_metadata) for c in read] == expected
         assert len(expected) == 3
+
+
+def _published_daily(spark: SparkSession, output: OutputConfig, run_id: str, day: dt.date) -> None:
+    """A day's row of unique_clusters_daily, written by `run_id`: its numbers, published."""
+    replace_dates(spark, _daily_rows(spark, day), output, DAILY_TABLE, [day], _stamp(run_id))
+
+
+def _daily_rows(spark: SparkSession, day: dt.date) -> DataFrame:
+    """A row of unique_clusters_daily for the day (the run's id comes from its stamp)."""
+    values = {
+        StringType: "all",
+        IntegerType: 10,
+        LongType: 0,
+        DoubleType: 0.0,
+        BooleanType: True,
+        DateType: day,
+        ArrayType: [0],
+        TimestampType: STARTED_AT,
+    }
+    row = tuple(None if f.nullable else values[type(f.dataType)] for f in DAILY_TABLE.schema)
+    return spark.createDataFrame([row], DAILY_TABLE.schema).drop("run_id", "computed_at")
+
+
+def test_a_held_day_keeps_the_rows_of_the_run_that_published_it(
+    spark: SparkSession, output: OutputConfig, side: SideSteps
+) -> None:
+    """OTHER and DAY published by run `first` (its rows in the table and in the daily table).
+    Run A publishes OTHER again and holds DAY back, in one commit: OTHER is A's, and DAY keeps
+    `first`'s rows beside A's. Run B holds DAY back again: B's rows replace A's, `first`'s
+    stay. Fails if a held write replaces the published run's rows, or piles up held rows."""
+    replace_dates(spark, _rows(spark, DAY), output, TABLE, [DAY], _stamp("first"))
+    for day in (OTHER, DAY):
+        _published_daily(spark, output, "first", day)
+    read = recent_commits(spark, output, JOB_RUNS_TABLE, limit=1)[0].version
+    for run_id in ("A", "B"):  # restatements: the days are not new to the ledger
+        started = _started(spark, output, run_id, DAY)
+        writes = _run(spark, output, side, run_id, read, started, new=False)
+        both = _rows(spark, OTHER).unionByName(_rows(spark, DAY))
+        writes.write(both, TABLE, [OTHER, DAY], held=[DAY])
+        assert _table(spark, output) == sorted(_by(run_id, OTHER) + _by("first") + _by(run_id))
+    assert _modes(spark, output, since=2) == ["A WRITE Overwrite", "B WRITE Overwrite"]

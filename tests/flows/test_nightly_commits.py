@@ -31,13 +31,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-import yaml
 from pyspark.sql import SparkSession
 
 from logmetrics.cli import main
 from logmetrics.synthetic import generate
 from logmetrics.tables import catalog
-from suite_session import ACCELERATOR, SHORT_JVM, TEST_CONF
+from suite_session import process_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
@@ -69,26 +68,8 @@ class History(NamedTuple):
 
 
 def _config(data: Path, warehouse: Path) -> Path:
-    """The suite's Spark settings with a JVM for short runs, as tests/test_orchestration.py's."""
-    path = warehouse.parent / f"{warehouse.name}.yaml"
-    config = {
-        "inputs": {
-            "served_logs": {"path": str(data / "served_logs")},
-            "clusters": {"path": str(data / "clusters_parquet"), "format": "parquet"},
-        },
-        "output": {"warehouse": str(warehouse)},
-        "metrics": {"ks": [5, 10]},
-        "quality": {"max_malformed_rate": 0.05, "on_failure": "warn"},
-        "spark": {
-            "master": "local[1]",
-            "driver_memory": "1g",
-            "profile": "short",
-            "accelerator": ACCELERATOR,
-            "conf": {**TEST_CONF, "spark.driver.extraJavaOptions": SHORT_JVM},
-        },
-    }
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
+    """The runs' config (tests/suite_session.py)."""
+    return process_config(data, warehouse)
 
 
 def _night(config: Path) -> list[str]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
+from logmetrics import interrupt
 from logmetrics.config import Config
 from logmetrics.console import days_text, duration, say
 from logmetrics.errors import InputError, failure_line
@@ -38,7 +39,7 @@ from logmetrics.flows.calibration import (
 )
 from logmetrics.flows.chunk import Chunk, DayResult, Writing, chunk_tables
 from logmetrics.flows.history import PublishedDaily, published_before
-from logmetrics.flows.inputs import NO_LOG_FILES, DayInputs, day_inputs
+from logmetrics.flows.inputs import NO_LOG_FILES, DayInputs, day_inputs, footer_day_inputs
 from logmetrics.flows.keys import (
     HashCollision,
     first_plan,
@@ -52,9 +53,17 @@ from logmetrics.flows.writes import RunWrites, run_position
 from logmetrics.phases import Phases
 from logmetrics.quality.policy import describe
 from logmetrics.session import broadcast_memory
+from logmetrics.tables import delta_rs, storage
 from logmetrics.tables.catalog import RunStamp
 from logmetrics.tables.file_scan import CorruptInput, scan_served_logs, undated_rows
-from logmetrics.tables.sources import ClusterSnapshot, clusters_state, read_clusters
+from logmetrics.tables.footers import footer_days
+from logmetrics.tables.sources import (
+    ClusterSnapshot,
+    clusters_state,
+    date_partition_column,
+    parquet_listing_state,
+    read_clusters,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +78,7 @@ class RunSummary:
     left: dict[dt.date, str] = field(default_factory=dict)  # to a later run (its id)
     alerts: int = 0
     improvements: int = 0
+    forced: bool = False  # some days were computed whatever the ledger said (--force)
 
     @property
     def queries(self) -> int:
@@ -124,7 +134,8 @@ def run_range(
     summary's `not_ready`, and when it is `required` (`run`'s own date) nothing is computed.
 
     A run that fails after it began its days appends a `failed` row, with the error's line,
-    for each day it had not finished."""
+    for each day it had not finished; a run stopped by a signal (`interrupt`) an `interrupted`
+    row for each, and raises `interrupt.Interrupted` naming them."""
     phases = phases or Phases()
     considered = considered_days(start, end, not_ready)
     # The log files first: a file off the contract is the commonest input error, and a Parquet
@@ -207,7 +218,10 @@ def _run_days(
     if summary.not_ready.keys() & set(required):
         return summary
     considered = [d for d in considered if d not in empty]
-    reasons = _plan(config, considered, inputs, previous, always, seen_only, summary)
+    plan = plan_days(config, considered, inputs, previous, always, seen_only)
+    summary.forced = bool(always)
+    say_plan(plan, seen_only, summary)
+    reasons = plan.reasons
     dates = sorted(reasons)
     if not dates:
         return summary
@@ -216,6 +230,18 @@ def _run_days(
         log,
         f"computing {days_text(dates)}: k in {', '.join(map(str, config.metrics.ks))}{version}",
         days=len(dates),
+    )
+    # One `started` row per day of the run, in one commit beside the first chunk's main pass;
+    # no table is written before it is (`Computed.start_writes`).
+    started = side.submit(
+        "ledger started",
+        ledger.record,
+        spark,
+        config,
+        stamp,
+        [(d, ledger.STARTED, None) for d in dates],
+        inputs,
+        reasons,
     )
     try:
         _compute_days(
@@ -232,13 +258,24 @@ def _run_days(
             summary,
             phases,
             side,
+            started,
         )
     except BaseException as exc:
+        wait([started])
         finished = {day.metric_date for day in summary.days}
-        _record_failure(
-            spark, config, stamp, [d for d in dates if d not in finished], inputs, reasons, exc
-        )
-        raise
+        unfinished = [d for d in dates if d not in finished]
+        signum = interrupt.requested()
+        if signum is None:
+            _record_unfinished(
+                spark, config, stamp, unfinished, inputs, reasons, ledger.FAILED, exc
+            )
+            raise
+        if started.exception() is None:  # the run began its days: the ledger says it stopped
+            with interrupt.recording():
+                _record_unfinished(
+                    spark, config, stamp, unfinished, inputs, reasons, ledger.INTERRUPTED, exc
+                )
+        raise interrupt.Interrupted(signum, interrupt.not_published(unfinished)) from None
     if calibration is not None:
         warn_uncalibrated(config, calibration, clusters.version, dates)
     return summary
@@ -263,17 +300,26 @@ def _without_files(
     }
 
 
-def _plan(
+@dataclass(frozen=True)
+class Plan:
+    """Which days a run computes and why, and which it leaves (`plan_days`)."""
+
+    reasons: dict[dt.date, str]  # to compute, each with why
+    done: list[dt.date]  # skipped: already done from the same inputs and config
+    unseen: list[dt.date]  # looked back on, never computed: left to a backfill
+    restated: dict[str, list[dt.date]]  # the days computed again, by reason
+
+
+def plan_days(
     config: Config,
     considered: list[dt.date],
     inputs: Mapping[dt.date, DayInputs],
     previous: Mapping[dt.date, ledger.Previous],
     always: Collection[dt.date],
     seen_only: Collection[dt.date],
-    summary: RunSummary,
-) -> dict[dt.date, str]:
-    """The days to compute and why (the days skipped as done go to `summary.skipped`); the
-    terminal hears of the skipped and the restated days in a line each, the log of each day."""
+) -> Plan:
+    """The days to compute and why (`ledger.reason_to_compute`), the days done and the days
+    looked back on that were never computed: a pure decision, said by `say_plan`."""
     reasons: dict[dt.date, str] = {}
     done, unseen = [], []
     for day in considered:
@@ -286,33 +332,43 @@ def _plan(
             done.append(day)
             continue
         reasons[day] = reason
-        if before is not None and reason != ledger.NEW:
+    restated: dict[str, list[dt.date]] = {}
+    for day, reason in reasons.items():
+        if previous.get(day) is not None and reason != ledger.NEW:
+            restated.setdefault(reason, []).append(day)
+    return Plan(reasons, done, unseen, restated)
+
+
+def say_plan(plan: Plan, seen_only: Collection[dt.date], summary: RunSummary) -> None:
+    """The plan on the terminal, a line for the skipped and the restated days, and in the log
+    a record per restated day; the skipped days go to `summary.skipped`."""
+    for reason, days in plan.restated.items():
+        for day in days:
             log.info(
                 "restating %s: %s",
                 day,
                 reason.replace("_", " "),
                 extra={"fields": {"metric_date": str(day), "reason": reason}},
             )
-    restated: dict[str, list[dt.date]] = {}
-    for day, reason in reasons.items():
-        if previous.get(day) is not None and reason != ledger.NEW:
-            restated.setdefault(reason, []).append(day)
-    for reason, days in restated.items():
         say(log, f"restating {days_text(days)}: {reason.replace('_', ' ')}")
-    summary.skipped = done
-    if done:
+    summary.skipped = plan.done
+    if plan.done:
+        why = (
+            "--force restates the days given, not the days looked back on"
+            if summary.forced and all(d in seen_only for d in plan.done)
+            else "--force restates"
+        )
         say(
             log,
-            f"{days_text(done)}: already done from the same inputs and config, skipped "
-            "(--force restates)",
-            skipped=len(done),
+            f"{days_text(plan.done)}: already done from the same inputs and config, skipped "
+            f"({why})",
+            skipped=len(plan.done),
         )
-    if unseen:
+    if plan.unseen:
         log.info(
             "not looking back on %s: never computed (a backfill computes them)",
-            ", ".join(map(str, unseen)),
+            ", ".join(map(str, plan.unseen)),
         )
-    return reasons
 
 
 def _compute_days(
@@ -329,26 +385,16 @@ def _compute_days(
     summary: RunSummary,
     phases: Phases,
     side: SideSteps,
+    started: Future[None],
 ) -> None:
-    """The days, a chunk at a time: each chunk's tables are written while the next is computed."""
+    """The days, a chunk at a time: each chunk's tables are written while the next is computed
+    (`started`: the run's `started` rows, committing)."""
     with phases.timed("cluster table rows"):
         # Rows bound the distinct chunk ids from above, and Spark counts them from metadata.
         table_rows = clusters.df.count()
     memory = broadcast_memory(spark)
     plan = first_plan(config.backfill.broadcast_max_chunks, table_rows, memory)
     kept = kept_keys(config, inputs[dates[0]].clusters, table_rows)
-    # One `started` row per day of the run, in one commit beside the first chunk's main pass;
-    # no table is written before it is (`Computed.start_writes`).
-    started = side.submit(
-        "ledger started",
-        ledger.record,
-        spark,
-        config,
-        stamp,
-        [(d, ledger.STARTED, None) for d in dates],
-        inputs,
-        reasons,
-    )
     writes = RunWrites(
         spark,
         config.output,
@@ -392,6 +438,7 @@ def _compute_days(
 
         try:
             for chunk_dates in date_chunks(dates, config.backfill.days_per_chunk):
+                interrupt.check()  # a safe point: no chunk begins once a stop was asked for
                 chunk_began = time.monotonic()
                 progress.now(f"{chunk_dates[0]}..{chunk_dates[-1]}", chunk_began)
                 chunk_corrupt = [c for c in corrupt if c.days(chunk_dates)]
@@ -431,34 +478,105 @@ def _compute_days(
                 wait([started])  # a failed run's `failed` rows follow its `started` rows
 
 
-def _record_failure(
+def _record_unfinished(
     spark: SparkSession,
     config: Config,
     stamp: RunStamp,
     dates: list[dt.date],
     inputs: Mapping[dt.date, DayInputs],
     reasons: Mapping[dt.date, str],
+    status: str,
     exc: BaseException,
 ) -> None:
-    """A `failed` row for each day the run began and did not finish, with the error's line;
-    a failure to write them is logged, and the run's own error is the one raised."""
+    """A `failed` (or `interrupted`) row for each day the run began and did not finish, with
+    the error's line (or the signal); a failure to write them is logged, and the run's own
+    error is the one raised. The terminal hears of the error once, from the CLI."""
     if not dates:
         return
-    error = failure_line(exc) if isinstance(exc, Exception) else type(exc).__name__
+    signum = interrupt.requested()
+    if status == ledger.INTERRUPTED and signum is not None:
+        error = f"interrupted ({interrupt.signal_name(signum)})"
+    else:
+        error = failure_line(exc) if isinstance(exc, Exception) else type(exc).__name__
     try:
         ledger.record(
             spark,
             config,
             stamp,
-            [(d, ledger.FAILED, None) for d in dates],
+            [(d, status, None) for d in dates],
             inputs,
             reasons,
             finished_at=dt.datetime.now(dt.UTC),
             error=error,
         )
     except Exception:
-        log.warning("could not record the failed days in job_runs", exc_info=True)
-    log.error("%d day(s) failed: %s", len(dates), error)
+        log.warning("could not record the %s days in job_runs", status, exc_info=True)
+    log.info("%d day(s) %s: %s", len(dates), status, error)
+
+
+def answer_without_spark(
+    config: Config,
+    start: dt.date,
+    end: dt.date,
+    run_id: str,
+    *,
+    always: Collection[dt.date] = (),
+    seen_only: Collection[dt.date] = (),
+    not_ready: Collection[dt.date] = (),
+    required: Collection[dt.date] = (),
+    scanned: list[CorruptInput] | None = None,
+) -> RunSummary | None:
+    """`run_range`'s summary when the run has no day to compute (every day done from the same
+    inputs and config, or not ready), found without Spark: the days' states from the log
+    files' footers (`flows.inputs.footer_day_inputs`), the ledger and the cluster table's
+    version read with delta-rs (`tables.delta_rs`). None when there is a day to compute, or
+    anything cannot be known that way (`--force`, unreadable log files, a calibration table,
+    logs, ledger or cluster table on a store with no reader here): Spark then answers.
+    Says what `run_range` says of its plan."""
+    if always or scanned is None or scanned or config.inputs.calibration is not None:
+        return None
+    clusters = _cluster_state_without_spark(config)
+    if clusters is None:
+        return None
+    state, version = clusters
+    considered = considered_days(start, end, not_ready)
+    inputs = footer_day_inputs(config, state, considered, [])
+    previous = ledger.previous_runs_without_spark(config.output, considered)
+    if inputs is None or previous is None:
+        return None
+    summary = RunSummary(run_id=run_id, cluster_table_version=version)
+    empty = _without_files(config, considered, inputs, [])
+    summary.not_ready = {d: r for d, r in empty.items() if d not in seen_only or d in previous}
+    if summary.not_ready.keys() & set(required):
+        return summary
+    considered = [d for d in considered if d not in empty]
+    plan = plan_days(config, considered, inputs, previous, always, seen_only)
+    if plan.reasons:
+        return None
+    if considered and date_partition_column(config.inputs.logs()) is None:
+        footers = footer_days(config.inputs.logs(), considered[0], considered[-1])
+        warn_undated(footers.undated if footers is not None else 0)
+    say_plan(plan, seen_only, summary)
+    return summary
+
+
+def _cluster_state_without_spark(config: Config) -> tuple[str, int | None] | None:
+    """The cluster table's state and Delta version as `clusters_state` records them, read
+    without Spark; None where that cannot be done."""
+    source = config.inputs.clusters
+    if source.format != "delta":
+        root = storage.place(source.path)
+        return None if root is None else (parquet_listing_state(root), None)
+    if source.version is not None:
+        return f"v{source.version}", source.version
+    try:
+        table = delta_rs.open_table(source.path)
+    except delta_rs.NoReader:
+        return None
+    if table is None:
+        return None
+    version = int(table.version())
+    return f"v{version}", version
 
 
 def considered_days(
@@ -485,22 +603,32 @@ def _corrupt_inputs(
     """The unreadable log files (or JSON lines) `scan_ahead` found. With `on_corrupt: fail` the
     first one stops the run here, before anything is computed or published."""
     source = config.inputs.logs()
+    stop_on_corrupt(config, corrupt, "nothing was published")
+    for item in corrupt:
+        log.warning("quarantined, its days fail readable_inputs: %s", item.describe())
+    warn_undated(undated_rows(spark, source))
+    return corrupt
+
+
+def stop_on_corrupt(config: Config, corrupt: Sequence[CorruptInput], consequence: str) -> None:
+    """With `on_corrupt: fail`, an InputError naming the first unreadable log file (or JSON
+    line) of `corrupt` and the `consequence`; nothing with `quarantine`."""
+    source = config.inputs.logs()
     if corrupt and source.on_corrupt == "fail":
         more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
         raise InputError(
-            f"served logs at {source.path}: {corrupt[0].describe()}{more}; nothing was "
-            "published (inputs.served_logs.on_corrupt: quarantine computes the rest)"
+            f"served logs at {source.path}: {corrupt[0].describe()}{more}; {consequence} "
+            "(inputs.served_logs.on_corrupt: quarantine computes the rest)"
         )
-    for item in corrupt:
-        log.warning("quarantined, its days fail readable_inputs: %s", item.describe())
-    undated = undated_rows(spark, source)
-    if undated:
+
+
+def warn_undated(rows: int) -> None:
+    if rows:
         log.warning(
             "%d row(s) of the served logs have no usable served_at and no date partition to "
             "place them by: no day can count them (they are in no table)",
-            undated,
+            rows,
         )
-    return corrupt
 
 
 def _log_progress(

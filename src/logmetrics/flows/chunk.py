@@ -1,7 +1,8 @@
 """One chunk of days: computed from one read of its logs, checked, then written.
 
     read -> one pass to per-request rows (persisted) -> facts -> quality gates
-         -> quarantine, data_quality, missing_cluster_chunks (every day)
+         -> quarantine, data_quality, missing_cluster_chunks (every day; a held day's beside
+            the rows behind its published numbers)
          -> the days that may be published: by query, daily distributions, k-sweep,
             redundancy cost, crowding (all traffic and segments) and their alerts
 
@@ -29,6 +30,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from logmetrics import interrupt
 from logmetrics.config import Config
 from logmetrics.flows import ledger
 from logmetrics.flows.alerts import alerts_frame, announce, culprit_rows
@@ -153,6 +155,7 @@ class Chunk:
                 known = self.daily.queries(min(self.config.metrics.ks))
                 checks = self._checks(facts, cluster, known)
             day_verdicts = verdicts(self.dates, checks)
+            interrupt.check()  # a safe point: the published tables' rows are not built
             publish = [
                 v.metric_date
                 for v in day_verdicts
@@ -210,7 +213,8 @@ class Chunk:
 
     def _diagnostics(self, requests_df: DataFrame, checks: list[CheckResult]) -> list[Write]:
         """quarantine, missing_cluster_chunks and data_quality: written for every day, pass or
-        fail, so that no row vanishes without a trace and every verdict is on record."""
+        fail, so that no row vanishes without a trace and every verdict is on record (a held
+        day's beside the rows behind its published numbers: `ChunkWrites.write`)."""
         # Shuffled to one task, so that the scans of the cached requests run in parallel.
         quarantine_df = quarantined_rows(requests_df).unionByName(self._corrupt_rows())
         quarantine_df = quarantine_df.repartition(1)
@@ -317,9 +321,9 @@ class Chunk:
         that may hold nulls cannot be cast to its table's column, whose elements are not null."""
         return self.spark.createDataFrame(df.toArrow(), schema=df.schema)
 
-    def _write(self, rows: Rows, table: Table, dates: list[dt.date]) -> None:
+    def _write(self, rows: Rows, table: Table, dates: list[dt.date], held: list[dt.date]) -> None:
         """Write the table's rows: appended or replaced (`ChunkWrites.write`)."""
-        self.writes.write(rows() if callable(rows) else rows, table, dates)
+        self.writes.write(rows() if callable(rows) else rows, table, dates, held)
 
     def _corrupt_rows(self) -> DataFrame:
         """The quarantine's rows for the unreadable inputs: one per input and day it may hold."""
@@ -369,10 +373,18 @@ class Computed:
         chunk = self.chunk
         writes: list[Future[None]] = []
         try:
+            interrupt.check()  # a safe point: none of the chunk's writes is submitted
             for df, table, dates in self.tables:
+                held = [d for d in dates if d not in self.publish]
                 writes.append(  # no table is written before the run's `started` rows are
                     chunk.side.submit(
-                        f"write {table.name}", chunk._write, df, table, dates, after=chunk.started
+                        f"write {table.name}",
+                        chunk._write,
+                        df,
+                        table,
+                        dates,
+                        held,
+                        after=chunk.started,
                     )
                 )
         except BaseException:  # none is left running: the rows they read are dropped
@@ -415,6 +427,7 @@ class Writing:
         chunk = computed.chunk
         try:
             wait_all([*self.writes, chunk.started])
+            interrupt.check()  # a safe point: no alert said, no ledger row, for an unpublished day
             with chunk.phases.timed("ledger recheck"):
                 left = chunk.writes.recheck(chunk.dates)
         finally:

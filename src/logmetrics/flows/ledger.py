@@ -1,10 +1,11 @@
 """The `job_runs` ledger: which days are done, from which inputs, with which config and code.
 
 Append-only (appends never conflict between concurrent runs): a `started` row per day when the
-run begins it, and a `published`, `held` or `failed` row once the day is done. Each row records
-the day's own inputs (`flows.inputs`: its log files and the cluster table's state), the config
-fingerprint, and why the day was computed. A day is computed again exactly when its latest
-finished row is `failed` (or it has none: a kill before the write), or when its log files, the
+run begins it, and a `published`, `held`, `failed` or `interrupted` row once the day is done or
+the run stopped. Each row records the day's own inputs (`flows.inputs`: its log files and the
+cluster table's state), the config fingerprint, and why the day was computed. A day is computed
+again exactly when its latest finished row is `failed` or `interrupted` (or it has none: a kill
+before the write), or when its log files, the
 cluster table or the config differ from that row's (`reason_to_compute`), so a resumed backfill
 redoes nothing that was published, and late rows restate just the days they belong to.
 """
@@ -15,6 +16,7 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
@@ -23,15 +25,20 @@ from logmetrics import __version__
 from logmetrics.config import Config, OutputConfig
 from logmetrics.flows.inputs import DayInputs
 from logmetrics.schemas import JOB_RUNS
+from logmetrics.tables import delta_rs
 from logmetrics.tables.catalog import (
     JOB_RUNS_TABLE,
     RunStamp,
     append,
     read_table,
     recent_commits,
+    table_ref,
 )
 
 STARTED, PUBLISHED, HELD, FAILED = "started", "published", "held", "failed"
+INTERRUPTED = "interrupted"  # the run was stopped by a signal before the day was published
+UNFINISHED = frozenset({STARTED, FAILED, INTERRUPTED})
+"""Statuses after which a day's last computation does not stand: it is computed again."""
 NEW, INPUTS_CHANGED, CLUSTERS_CHANGED = "new", "inputs_changed", "clusters_changed"
 CONFIG_CHANGED, FORCED = "config_changed", "forced"
 
@@ -148,13 +155,67 @@ def previous_runs(
     }
 
 
+def previous_runs_without_spark(
+    output: OutputConfig, dates: Sequence[dt.date]
+) -> dict[dt.date, Previous] | None:
+    """`previous_runs` read with delta-rs, before Spark starts: the same rows, chosen by the
+    same order; None when the ledger cannot be read that way (catalog tables, a store or a
+    table delta-rs has no reader for: `tables.delta_rs`)."""
+    location = table_ref(output, JOB_RUNS_TABLE).location
+    if location is None or not dates:
+        return None
+    try:
+        table = delta_rs.open_table(location)
+    except delta_rs.NoReader:
+        return None
+    if table is None:
+        return {}
+    wanted = [f.name for f in fields(Previous)]
+    present = set(table.schema().to_arrow().names)
+    order = ["status", "finished_at", "started_at", "run_id"]
+    columns = ["metric_date", *order, *(c for c in wanted if c in present and c not in order)]
+    rows = table.to_pyarrow_table(
+        columns=columns,
+        filters=[("metric_date", ">=", min(dates)), ("metric_date", "<=", max(dates))],
+    ).to_pylist()
+    latest: dict[dt.date, dict[str, Any]] = {}
+    for row in rows:
+        day = row["metric_date"]
+        if day not in latest or _later(row, latest[day]):
+            latest[day] = row
+    keep = set(dates)
+    return {
+        day: Previous(**{name: row.get(name) for name in wanted})  # type: ignore[arg-type]
+        for day, row in latest.items()
+        if day in keep
+    }
+
+
+def _later(row: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    """Whether `row` is ahead of `other` in `previous_runs`' order: a finished status first,
+    then the latest finished_at (nulls last), started_at, run_id."""
+
+    def key(r: Mapping[str, Any]) -> tuple[Any, ...]:
+        finished = r["finished_at"]
+        return (
+            r["status"] != STARTED,
+            finished is not None,
+            finished or dt.datetime.min,
+            r["started_at"] or dt.datetime.min,
+            r["run_id"] or "",
+        )
+
+    return key(row) > key(other)
+
+
 def reason_to_compute(
     previous: Previous | None, current: DayInputs, config_fingerprint: str, forced: bool
 ) -> str | None:
     """Why a day must be computed, or None when its last computation stands: `new` without a
-    standing one (never finished, or `failed`), else what changed since (the config, the
-    cluster table, the day's log files), else `forced` when asked to, else nothing."""
-    if previous is None or previous.status in {STARTED, FAILED}:
+    standing one (never finished, `failed` or `interrupted`), else what changed since (the
+    config, the cluster table, the day's log files), else `forced` when asked to, else
+    nothing."""
+    if previous is None or previous.status in UNFINISHED:
         return NEW
     if previous.config_fingerprint != config_fingerprint:
         return CONFIG_CHANGED

@@ -9,15 +9,20 @@ rows (which would cost what the append saves):
 - every day of the chunk is new to the ledger as the run read it (no row of any status: no run
   had begun it, since no table is written before its run's `started` rows are committed);
 - the run is *sole*: its `started` commit is the ledger's next version after the one its read
-  began at, so no run began a day between the two (`Position.sole`);
+  began at, so no run began a day between the two (`Position.not_sole` says why not: no ledger
+  when the run read it, or a commit between);
 - the table's newest commit that changed rows is a logmetrics write (`WriteMark`) by a run the
   ledger the run read already held, or by this run (an earlier chunk): nothing the ledger does
   not know of wrote the table (`catalog.newest_write`: an older logmetrics, a hand-made write,
   a ledger made anew).
 
-Every other write is a `replaceWhere`, which leaves the day once whatever the table held.
+Every other write is a `replaceWhere`, which leaves the day once whatever the table held; of
+a day the run holds back (a blocking check failed), the quality tables keep the rows behind its
+published numbers, those of the run whose rows `unique_clusters_daily` holds, and the rest of
+the day's rows are replaced (`kept_published_predicate`).
 Each write says which run and days it is, and the run's position (its `started` commit's
-version), in its commit (`WriteMark`), and the choice is logged per table.
+version), in its commit (`WriteMark`), and the choice is logged: once per chunk where its
+reason is the chunk's or the run's (every table is replaced alike), else per table.
 
 Two appends of one day cannot both land: the later of two sole runs would have read the
 earlier one's `started` row. Any other run that writes the day began it after the appending
@@ -34,24 +39,30 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from logmetrics.config import OutputConfig
 from logmetrics.console import days_text
 from logmetrics.flows import ledger
 from logmetrics.flows.side_steps import SideSteps
 from logmetrics.tables.catalog import (
+    DAILY_TABLE,
     RunStamp,
     Table,
     WriteMark,
     append_dates,
+    dates_predicate,
     delete_run_rows,
     newest_write,
+    read_table,
     replace_dates,
+    replace_where,
+    sql_string,
 )
 
 log = logging.getLogger(__name__)
@@ -65,9 +76,15 @@ class Position:
     started: int  # the version holding the run's `started` rows
 
     @property
-    def sole(self) -> bool:
-        """Nothing was begun between the run's read of the ledger and its `started` rows."""
-        return self.read is not None and self.started == self.read + 1
+    def not_sole(self) -> str | None:
+        """Why the run cannot know that nothing was begun between its read of the ledger and
+        its `started` rows; None when it knows (they are consecutive versions). Without a
+        ledger at the read there is no version to count from, and the run says just that."""
+        if self.read is None:
+            return "the warehouse had no ledger when this run read it"
+        if self.started != self.read + 1:
+            return "another run began days between this run's read of the ledger and its own"
+        return None
 
 
 def run_position(
@@ -107,8 +124,8 @@ class RunWrites:
     def _may_append(self, table: Table) -> str | None:
         """None when the run may append to the table, else why not."""
         position = self.position.result()
-        if not position.sole:
-            return "another run began days between this run's read of the ledger and its own"
+        if position.not_sole:
+            return position.not_sole
         newest = newest_write(self.spark, self.output, table)
         if newest is None:  # no row written yet
             return None
@@ -130,30 +147,72 @@ class ChunkWrites:
     replaced: str  # why every table of the chunk is replaced, if it is
     appended: dict[str, Table] = field(default_factory=dict)  # the tables appended to
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _published: dict[dt.date, frozenset[str]] | None = None  # `published_runs` of held days
+    _said: bool = False  # the chunk's reason for replacing every table, logged
 
-    def write(self, df: DataFrame, table: Table, dates: Sequence[dt.date]) -> None:
+    def write(
+        self,
+        df: DataFrame,
+        table: Table,
+        dates: Sequence[dt.date],
+        held: Sequence[dt.date] = (),
+    ) -> None:
         """The table's rows of `dates`, in one commit: an append where they are new to it,
-        else a replaceWhere; the choice is logged."""
+        else a replaceWhere; the choice is logged (`_log`). Of the `held` days (held back by a
+        blocking check), the rows of the run whose numbers are published stay
+        (`published_runs`)."""
         run = self.run
-        mark = WriteMark(run.stamp.run_id, run.position.result().started, tuple(sorted(dates)))
+        position = run.position.result()
+        mark = WriteMark(run.stamp.run_id, position.started, tuple(sorted(dates)))
+        shared = self.replaced or position.not_sole  # every table's reason, if any
         look = self.looks.get(table.name)
-        why = (self.replaced or "not looked at") if look is None else look.result()
+        why = shared or ("not looked at" if look is None else look.result())
         if why is None:
             append_dates(run.spark, df, run.output, table, dates, run.stamp, mark)
             with self._lock:
                 self.appended[table.name] = table
             how, why = "appended", "new to the table"
+        elif kept := self._published_runs(held):
+            predicate = kept_published_predicate(dates, kept)
+            partitions = len(set(dates))
+            replace_where(run.spark, df, run.output, table, predicate, run.stamp, partitions, mark)
+            how = "replaced"
+            kept_text = f"held back, {days_text(sorted(kept))} keep the rows behind their numbers"
+            why = kept_text if shared else f"{why}; {kept_text}"
         else:
             replace_dates(run.spark, df, run.output, table, dates, run.stamp, mark)
             how = "replaced"
-        log.info(
-            "%s: %s %s (%s)",
-            table.name,
-            how,
-            days_text(dates),
-            why,
-            extra={"fields": {"table": table.name, "write": how, "days": len(dates)}},
-        )
+        self._log(table, how, dates, why, shared)
+
+    def _log(
+        self, table: Table, how: str, dates: Sequence[dt.date], why: str, shared: str | None
+    ) -> None:
+        """`<table>: appended|replaced <days> (<why>)`; a reason every table of the chunk
+        shares (the ledger's rows of its days, or the run's position) once per chunk instead,
+        and a table's line then only for what is its own (a held day's kept rows)."""
+        fields = {"table": table.name, "write": how, "days": len(dates)}
+        if shared:
+            with self._lock:
+                said, self._said = self._said, True
+            if not said:
+                log.info(
+                    "%s: replaced in every table (%s)",
+                    days_text(dates),
+                    shared,
+                    extra={"fields": {"write": how, "days": len(dates)}},
+                )
+            if why == shared:
+                return
+        log.info("%s: %s %s (%s)", table.name, how, days_text(dates), why, extra={"fields": fields})
+
+    def _published_runs(self, held: Sequence[dt.date]) -> dict[dt.date, frozenset[str]]:
+        """`published_runs` of the `held` days, read once for the chunk's tables."""
+        if not held:
+            return {}
+        with self._lock:
+            if self._published is None:
+                self._published = published_runs(self.run.spark, self.run.output, held)
+            return {d: runs for d, runs in self._published.items() if d in set(held)}
 
     def recheck(self, dates: Sequence[dt.date]) -> dict[dt.date, str]:
         """After the chunk's writes, before its `published` rows: the days of `dates` this run
@@ -175,3 +234,34 @@ class ChunkWrites:
                 ", ".join(sorted(set(later.values()))),
             )
         return later
+
+
+def published_runs(
+    spark: SparkSession, output: OutputConfig, days: Sequence[dt.date]
+) -> dict[dt.date, frozenset[str]]:
+    """Of `days`, those with published numbers, each with the run that wrote them: the run ids
+    of its `unique_clusters_daily` rows (one run, but while two restatements race)."""
+    daily = read_table(spark, output, DAILY_TABLE)
+    if daily is None:
+        return {}
+    rows = daily.where(F.col("metric_date").isin(list(days))).select("metric_date", "run_id")
+    runs: dict[dt.date, set[str]] = {}
+    for row in rows.distinct().collect():
+        runs.setdefault(row.metric_date, set()).add(row.run_id)
+    return {day: frozenset(ids) for day, ids in runs.items()}
+
+
+def kept_published_predicate(
+    dates: Sequence[dt.date], kept: Mapping[dt.date, Collection[str]]
+) -> str:
+    """The replaceWhere of a write of `dates` of which the `kept` ones were held back while
+    numbers of theirs stand published: every row of the other days, and of a kept day every
+    row but those of the runs that published its numbers. A held day computed again so
+    replaces the earlier held run's rows, not the published run's. One commit, as every
+    write."""
+    replaced = [d for d in dates if d not in kept]
+    parts = [f"({dates_predicate(replaced)})"] if replaced else []
+    for day, runs in sorted(kept.items()):
+        others = ", ".join(sql_string(run) for run in sorted(runs))
+        parts.append(f"({dates_predicate([day])} AND run_id NOT IN ({others}))")
+    return " OR ".join(parts)

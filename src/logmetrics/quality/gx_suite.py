@@ -55,6 +55,27 @@ CHECKS: tuple[str, ...] = (
 AT_LEAST: frozenset[str] = frozenset({"volume", "non_empty_day"})
 """The checks whose threshold is a lower bound (the others' is an upper one)."""
 
+GUARDS: dict[str, str] = {
+    "missing_cluster_rate": "served entries whose chunk the cluster table lacks: each counts as "
+    "a cluster of its own, so a stale cluster table inflates unique-clusters",
+    "malformed_rate": "log rows without a request_id, served_at or results, set aside in "
+    "quarantine: a broken log writer",
+    "positive_ranks": "entries ranked 0 or below: a logger counting from 0, or a bad rank",
+    "unique_request_ids": "request ids served more than once after identical copies are "
+    "dropped: requests counted twice",
+    "unique_cluster_chunk_ids": "chunks the cluster table lists more than once: each counts "
+    "under its smallest cluster id. Whole table: the same count on every day it is read for",
+    "non_empty_cluster_ids": "empty or blank cluster ids in the cluster table: their chunks "
+    "would count as one cluster. Whole table: the same count on every day it is read for",
+    "volume": "the day's queries against the mean of the days before: logs lost or doubled",
+    "consistent_duplicates": "requests logged twice with different results: a conflict, not a "
+    "redelivery",
+    "readable_inputs": "log files that could not be read and may hold the day's rows",
+    "non_empty_day": "a day with no valid query: nothing to measure",
+}
+"""What each check guards, for a person (the report's data-quality section); docs/tables.md,
+data_quality, says how each observed value is computed."""
+
 FACT_COLUMNS: tuple[str, ...] = (
     "metric_date",
     "rows_read",

@@ -52,16 +52,9 @@ def failing_checks(day_verdicts: Sequence[DayVerdict], blocking: bool) -> list[s
     lines = []
     for name in (c for c in CHECKS if c in failed):
         checks = failed[name]
-        values = sorted(c.observed_value for c in checks if c.observed_value is not None)
-        observed = (
-            "null"
-            if not values
-            else f"{values[0]:.3g}"
-            if values[0] == values[-1]
-            else f"{values[0]:.3g} to {values[-1]:.3g}"
-        )
-        bound = "min" if name in AT_LEAST else "max"
-        threshold = "" if checks[0].threshold is None else f", {bound} {checks[0].threshold:g}"
+        observed = observed_text(c.observed_value for c in checks)
+        bound = bound_text(name, checks[0].threshold)
+        threshold = "" if bound is None else f", {bound}"
         days = sorted(c.metric_date for c in checks)
         named = f": {', '.join(map(str, days))}" if len(days) <= 3 else ""
         lines.append(
@@ -69,3 +62,20 @@ def failing_checks(day_verdicts: Sequence[DayVerdict], blocking: bool) -> list[s
             f"(observed {observed}{threshold}; {checks[0].severity})"
         )
     return lines
+
+
+def observed_text(values: Iterable[float | None]) -> str:
+    """`10`, `0.0121 to 0.0342` (3 significant digits), or `null`: a check's observed values."""
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return "null"
+    if known[0] == known[-1]:
+        return f"{known[0]:.3g}"
+    return f"{known[0]:.3g} to {known[-1]:.3g}"
+
+
+def bound_text(check: str, threshold: float | None) -> str | None:
+    """`max 0.01`, or `min 0.5` for a check whose threshold is a lower bound (None: none)."""
+    if threshold is None:
+        return None
+    return f"{'min' if check in AT_LEAST else 'max'} {threshold:g}"
