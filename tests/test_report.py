@@ -21,18 +21,16 @@ from pyspark.sql import SparkSession
 
 from logmetrics import cli
 from logmetrics.config import AlertsConfig, OutputConfig, load_config
-from logmetrics.report import (
-    FIGURE_DPI,
-    FIGURE_SIZE,
-    build_report_data,
-    load_report_data,
-    render,
-)
-from logmetrics.schemas import ALERTS, CROWDING, DAILY, K_SWEEP, REDUNDANCY_COST
+from logmetrics.quality.gx_suite import CHECKS, GUARDS
+from logmetrics.report import load_report_data, render
+from logmetrics.report.figures import FIGURE_DPI, FIGURE_SIZE, alert_marks
+from logmetrics.report.frames import build_report_data
+from logmetrics.schemas import ALERTS, CROWDING, DAILY, DATA_QUALITY, K_SWEEP, REDUNDANCY_COST
 from logmetrics.tables.catalog import (
     ALERTS_TABLE,
     CROWDING_TABLE,
     DAILY_TABLE,
+    DATA_QUALITY_TABLE,
     K_SWEEP_TABLE,
     REDUNDANCY_COST_TABLE,
     replace_dates,
@@ -232,6 +230,26 @@ def _cost_row(
     return tuple(row[f.name] for f in REDUNDANCY_COST.fields)
 
 
+# data_quality: (day, check, success, observed value, threshold, severity).
+QUALITY_ROWS = [
+    (D0, "missing_cluster_rate", False, 0.5, 0.04, "blocking"),  # outside the range
+    (D1, "missing_cluster_rate", True, 0.025, 0.04, "blocking"),
+    (D2, "missing_cluster_rate", True, 0.0, 0.04, "blocking"),
+    (D3, "missing_cluster_rate", False, 0.05, 0.04, "blocking"),
+    (D1, "unique_cluster_chunk_ids", False, 10.0, 0.0, "warning"),
+    (D2, "unique_cluster_chunk_ids", False, 10.0, 0.0, "warning"),
+    (D3, "unique_cluster_chunk_ids", False, 12.0, 0.0, "warning"),
+    (D1, "volume", None, None, 0.5, "warning"),  # no day before it: not judged
+    (D2, "volume", True, 1.5, 0.5, "warning"),
+    (D3, "volume", True, 10 / 6, 0.5, "warning"),
+]
+
+
+def _quality_row(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A data_quality row (run_id, checked_at and details: a run's, never read by the report)."""
+    return (*values, "test", dt.datetime(2026, 10, 4), "{}")
+
+
 def _frame_of(rows: list[tuple[Any, ...]], schema: Any) -> pd.DataFrame:
     """Rows of a table's schema as the pandas frame the report reads of it."""
     return pd.DataFrame([dict(zip(schema.fieldNames(), row, strict=True)) for row in rows])
@@ -273,6 +291,10 @@ def warehouse(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
         "run string, query_id string, k int, metric string, value double",
     )
     evaluation.write.format("delta").save(str(path / "evaluation_results"))
+    quality = [_quality_row(row) for row in QUALITY_ROWS]
+    replace_dates(
+        spark, spark.createDataFrame(quality, DATA_QUALITY), output, DATA_QUALITY_TABLE, days
+    )
     return path
 
 
@@ -465,8 +487,6 @@ def test_a_segment_alert_is_marked_whatever_fired_on_all_traffic_that_day() -> N
     """On D2 all traffic fired at k=5 (the mean) and at k=10 (the share), surface=app at k=10
     (the mean): the mean figure marks k=5's point and app's band, named with its k; no mark of
     a k the figure does not draw (k=20) nor of the other statistic."""
-    from logmetrics.report import alert_marks
-
     fired = [
         (D2, "all", "all", 5, "mean", "alert", 1.25, 1.75),
         (D2, "all", "all", 10, "share_at_or_below_threshold", "alert", 0.75, 0.5),
@@ -547,11 +567,158 @@ def test_what_crowds_the_window_is_at_the_alerts_k_beside_its_baseline(tmp_path:
     )
     pd.testing.assert_frame_equal(data.crowding[columns], expected, check_dtype=False)
     page = html.unescape(render(data, tmp_path / "r").read_text())
-    alert_day = _section(page, "crowding_2026-10-02")
-    assert "An alert day, at the alert's k (5): ALERT 2026-10-02 all traffic k=5 mean" in alert_day
+    alert_day = _section(page, "crowding_2026-10-02_all_k5")
+    assert "An alert at k=5: ALERT 2026-10-02 all traffic k=5 mean" in alert_day
     assert "Beside each key, its mean over the alert's 4 baseline days" in alert_day
-    last_day = _section(page, "crowding_2026-10-03")
+    last_day = _section(page, "crowding_2026-10-03_all_k10")
     assert "without an alert: at k=10, the report's default k" in last_day
+
+
+def test_every_alert_gets_its_crowding_figure(tmp_path: Path) -> None:
+    """Three alerting rows on D2 (all traffic at k=5, by the mean and by the share: one block;
+    surface=app at k=10) and one on the last day D3 (surface=web, k=5): a figure and a table
+    for each of the three blocks, the first naming both statistics; the last day at the
+    default k is not shown, since an alert fired on it; an improvement has none."""
+    share = "share_at_or_below_threshold"
+    fired = [
+        (D2, "all", "all", 5, "mean", "alert", 1.25, 1.75),
+        (D2, "all", "all", 5, share, "alert", 0.75, 0.5),
+        (D2, "surface", "app", 10, "mean", "alert", 2.25, 2.75),
+        (D2, "surface", "web", 10, "mean", "improvement", 3.25, 2.75),
+        (D3, "surface", "web", 5, "mean", "alert", 1.0, 1.5),
+    ]
+    crowding = [
+        (D2, 5, "all", "all", "A", None, 9),
+        (D2, 10, "all", "all", "Z", None, 50),  # no alert at k=10 in all traffic
+        (D2, 10, "surface", "app", "kb-reset-password", None, 7),
+        (D2, 10, "surface", "app", None, "chunk-x", 2),
+        (D2, 10, "surface", "web", "W", None, 6),  # an improvement
+        (D3, 5, "surface", "web", "V", None, 4),
+        (D3, 10, "all", "all", "U", None, 8),  # the last day at the default k
+    ]
+    data = build_report_data(
+        HAND_DAILY,
+        None,
+        None,
+        None,
+        D0,
+        D3,
+        alerts=_frame_of([_alert_row(r) for r in fired], ALERTS),
+        crowding=_frame_of(_crowding_rows(crowding), CROWDING),
+    )
+    shown = data.crowding
+    keys = zip(shown.metric_date, shown.segment_value, shown.k, shown.cluster_id, strict=True)
+    assert list(keys) == [
+        (D2, "all", 5, "A"),
+        (D2, "app", 10, "kb-reset-password"),
+        (D2, "app", 10, None),
+        (D3, "web", 5, "V"),
+    ]
+    page = html.unescape(render(data, tmp_path / "r").read_text())
+    names = re.findall(r'<section id="(crowding_[^"]*)">', page)
+    assert names == [
+        "crowding_2026-10-02_all_k5",
+        "crowding_2026-10-02_surface-app_k10",
+        "crowding_2026-10-03_surface-web_k5",
+    ]
+    both = _section(page, names[0])
+    assert "ALERT 2026-10-02 all traffic k=5 mean: 1.250" in both
+    assert f"ALERT 2026-10-02 all traffic k=5 {share}: 0.7500" in both
+    app = _section(page, names[1])
+    assert "ALERT 2026-10-02 surface=app k=10 mean: 2.250" in app
+    assert "<td>kb-reset-password</td>" in app and "<td>chunk-x</td>" in app
+    for name in names:
+        assert (tmp_path / "r" / f"{name}.png").stat().st_size > 0
+    links = re.findall(r'<a href="#(crowding_[^"]*)">', _section(page, "alerts"))
+    assert links == names
+
+
+def test_data_quality_is_each_check_per_day_and_per_check_its_failed_days(data: Any) -> None:
+    """The data_quality rows of D1..D3 (D0's failure is outside the range): each day's outcome
+    per check; per check, in the gates' order, what it guards, its severity and threshold, and
+    the days it failed with the values observed then; the run's closing lines for the two
+    checks that failed, as the terminal prints them (quality.policy.failing_checks)."""
+    days = data.quality_days
+    assert len(days) == 9
+    outcomes = dict(zip(zip(days.metric_date, days.check, strict=True), days.outcome, strict=True))
+    assert outcomes == {
+        (D1, "missing_cluster_rate"): "passed",
+        (D2, "missing_cluster_rate"): "passed",
+        (D3, "missing_cluster_rate"): "blocked",
+        (D1, "unique_cluster_chunk_ids"): "warned",
+        (D2, "unique_cluster_chunk_ids"): "warned",
+        (D3, "unique_cluster_chunk_ids"): "warned",
+        (D1, "volume"): "not judged",
+        (D2, "volume"): "passed",
+        (D3, "volume"): "passed",
+    }
+    expected = pd.DataFrame(
+        [
+            ["missing_cluster_rate", "blocking", "max 0.04", "1 of 3", "2026-10-03", "0.05"],
+            [
+                "unique_cluster_chunk_ids", "warning", "max 0", "3 of 3",
+                "2026-10-01, 2026-10-02, 2026-10-03", "10 to 12",
+            ],
+            ["volume", "warning", "min 0.5", "0 of 3", None, None],
+        ],
+        columns=["check", "severity", "threshold", "days_failed", "failed_on",
+                 "observed_when_failed"],
+    )  # fmt: skip
+    pd.testing.assert_frame_equal(data.quality.drop(columns="guards"), expected)
+    assert data.quality["guards"].tolist() == [GUARDS[c] for c in expected["check"]]
+    assert data.quality_failures == (
+        "missing_cluster_rate failed on 1 of 3 days: 2026-10-03 (observed 0.05, max 0.04; "
+        "blocking)",
+        "unique_cluster_chunk_ids failed on 3 of 3 days: 2026-10-01, 2026-10-02, 2026-10-03 "
+        "(observed 10 to 12, max 0; warning)",
+    )
+
+
+def test_every_check_says_what_it_guards() -> None:
+    assert list(GUARDS) == list(CHECKS)
+    assert all(len(sentence) > 20 for sentence in GUARDS.values())
+
+
+def test_the_data_quality_section_shows_the_days_and_says_what_failed(rendered: Path) -> None:
+    """On the page: under the range, the failed checks once each with a link to the section;
+    the section's figure coloured by outcome (a warning orange, a blocking failure red, not
+    judged grey), and beside it what each check guards, in a cell that wraps."""
+    import matplotlib.image as mpimg
+
+    page = rendered.read_text(encoding="utf-8")
+    top = page.split('<section id="alerts">', 1)[0]
+    assert "<code>unique_cluster_chunk_ids failed on 3 of 3 days" in top
+    assert '<a href="#data_quality">Data quality</a>' in top
+    section = html.unescape(_section(page, "data_quality"))
+    assert "The run said: missing_cluster_rate failed on 1 of 3 days: 2026-10-03" in section
+    for check in ("missing_cluster_rate", "unique_cluster_chunk_ids", "volume"):
+        assert f'<td class="prose">{GUARDS[check]}</td>' in section
+    assert "<td>10 to 12</td>" in section and "<td>min 0.5</td>" in section
+
+    image = mpimg.imread(rendered.parent / "data_quality.png")
+    rgb = (image[:, :, :3] * 255).round().astype(int).reshape(-1, 3)
+
+    def near(colour: tuple[int, int, int]) -> int:
+        return int((np.abs(rgb - np.array(colour)).max(axis=1) <= 3).sum())
+
+    # Three orange cells (tab:orange), one red (tab:red), one grey (#d9d9d9), beside the legend.
+    assert near((255, 127, 14)) > 3 * near((214, 39, 40)) > 3 * 500
+    assert near((217, 217, 217)) > 500
+
+
+def test_tables_wrap_headers_at_underscores_and_never_break_a_value(rendered: Path) -> None:
+    """A header may wrap after an underscore, a value never (an id such as kb-reset-password
+    broke at its hyphens): every cell is nowrap but prose; a crowding table leaves out the
+    day, k and segment row its title names."""
+    page = rendered.read_text(encoding="utf-8")
+    css = page.split("<style>", 1)[1].split("</style>", 1)[0]
+    assert re.search(r"th, td \{[^}]*white-space: nowrap", css)
+    assert re.search(r"td\.prose \{[^}]*white-space: normal", css)
+    crowding = _section(page, "crowding_2026-10-02_all_k3")
+    assert "<th>share_<wbr>of_<wbr>redundant_<wbr>slots</th>" in crowding
+    headers = re.findall(r"<th>([^<]*)", crowding)
+    assert headers[:2] == ["rank", "cluster_"] and "metric_" not in headers
+    assert "<td>c01</td>" in crowding
 
 
 @pytest.fixture(scope="module")
@@ -568,7 +735,7 @@ def test_tables_round_floats_to_3_significant_digits(hand_page: str) -> None:
     """Floats to 3 significant digits; counts, dates and text as they are."""
     mean = _section(hand_page, "mean")
     # D2, k=10: [0, 1, 3, 2] -> 13/6 = 2.1666...; 6 queries.
-    assert "<td>2026-10-02</td>\n      <td>10</td>\n      <td>6</td>\n      <td>2.17</td>" in mean
+    assert "<td>2026-10-02</td><td>10</td><td>6</td><td>2.17</td>" in mean
     assert "2.1666" not in hand_page and "2.167" not in hand_page
     assert ">0.667<" in _section(hand_page, "share_at_or_below_threshold")  # 4/6, k=10, D2
     listed = _section(hand_page, "alerts")
@@ -593,8 +760,9 @@ PNGS = [
     "missing_cluster_rate",
     "redundancy_cost",
     "segments",
-    "crowding_2026-10-02",  # the alert day
-    "crowding_2026-10-03",  # the last day
+    "crowding_2026-10-02_all_k3",  # the alert day
+    "crowding_2026-10-03_all_k3",  # the last day
+    "data_quality",
 ]
 
 
@@ -641,20 +809,20 @@ def test_html_is_self_contained_and_shows_the_numbers(rendered: Path) -> None:
 
 def test_what_crowds_the_window_has_a_chart_and_table_per_day(rendered: Path) -> None:
     page = rendered.read_text(encoding="utf-8")
-    alert_day = html.unescape(_section(page, "crowding_2026-10-02"))
+    alert_day = html.unescape(_section(page, "crowding_2026-10-02_all_k3"))
     assert (
-        "An alert day, at the alert's k (3): ALERT 2026-10-02 all traffic k=3 "
+        "An alert at k=3: ALERT 2026-10-02 all traffic k=3 "
         "share_at_or_below_threshold: 0.6667 vs baseline 0.3000 ± 0.0500"
     ) in alert_day
     # Its baseline days (the same weekday, 1 to 4 weeks back) have no published rows here.
     assert "None of its baseline days is in the published tables" in alert_day
     assert ">c10<" in alert_day and ">c11<" not in alert_day
-    last_day = html.unescape(_section(page, "crowding_2026-10-03"))
+    last_day = html.unescape(_section(page, "crowding_2026-10-03_all_k3"))
     assert "without an alert: at k=3, the report's default k" in last_day
     assert ">chunk-x<" in last_day
-    assert 'id="crowding_2026-10-01"' not in page
+    assert 'id="crowding_2026-10-01' not in page
     for day in ("2026-10-02", "2026-10-03"):
-        assert (rendered.parent / f"crowding_{day}.png").stat().st_size > 0
+        assert (rendered.parent / f"crowding_{day}_all_k3.png").stat().st_size > 0
 
 
 def test_alerts_are_listed_and_marked(rendered: Path) -> None:

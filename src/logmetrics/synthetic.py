@@ -588,3 +588,66 @@ def _day_table(
         },
         schema=SERVED_LOGS_SCHEMA,
     )
+
+
+JUDGED_QUERIES = 20
+"""Queries in the judged set the demo writes (`write_judged_set`)."""
+_GRADES = (2, 2, 2, 1, 1, 1, 1, 1, 1, 1)  # by a cluster's place among a list's distinct ones
+
+
+def write_judged_set(
+    out_dir: str | Path, day: dt.date, surface: str, queries: int = JUDGED_QUERIES
+) -> Path:
+    """A small judged set for `logmetrics evaluate` to try, made from the served lists of `day`
+    under ``out_dir`` (as `generate` wrote them), in TREC files under ``out_dir/eval``:
+
+    - ``original.run``: the first `queries` requests of `surface` that day (by request id,
+      those with a whole list), each its list as it was served;
+    - ``dedup.run``: the same lists with every chunk of a cluster after the cluster's first
+      left out, ranks closed up: what an index without the copies would have served;
+    - ``judgments.qrels``: every chunk of each list judged by a rule: the chunks of the list's
+      first 3 distinct clusters grade 2, of the next 7 grade 1, the rest 0. A copy is as
+      relevant as the chunk it copies, so recall@10 counts copies and hardly tells the two
+      runs apart where cluster_recall@10 and unique_clusters@10 do.
+
+    A chunk's cluster is its smallest cluster id in the cluster table (the job's rule), else
+    the chunk itself. Returns the directory."""
+    out = Path(out_dir)
+    clusters = pq.read_table(out / "clusters_parquet").to_pylist()
+    cluster_of: dict[str, str] = {}
+    for row in clusters:
+        if row["chunk_id"] is not None and row["cluster_id"] is not None:
+            known = cluster_of.get(row["chunk_id"])
+            cluster_of[row["chunk_id"]] = min(known or row["cluster_id"], row["cluster_id"])
+    served = pq.read_table(out / "served_logs" / f"date={day.isoformat()}").to_pylist()
+    lists: dict[str, list[str]] = {}
+    for row in sorted(served, key=lambda r: r["request_id"] or ""):
+        entries = row["results"] or []
+        whole = all(e is not None and None not in (e["rank"], e["chunk_id"]) for e in entries)
+        if row["request_id"] and row["surface"] == surface and entries and whole:
+            ranked = sorted(entries, key=lambda e: e["rank"])
+            lists.setdefault(row["request_id"], [e["chunk_id"] for e in ranked])
+        if len(lists) == queries:
+            break
+    judged = out / "eval"
+    judged.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, list[str]] = {"original": [], "dedup": []}
+    qrels = []
+    for query, chunks in lists.items():
+        keys = [cluster_of.get(chunk, f"chunk:{chunk}") for chunk in chunks]
+        distinct = list(dict.fromkeys(keys))
+        firsts = [chunks[keys.index(key)] for key in distinct]
+        for name, ranked in (("original", chunks), ("dedup", firsts)):
+            runs[name] += [
+                f"{query} Q0 {chunk} {rank} {1 / rank:.4f} {name}"
+                for rank, chunk in enumerate(ranked, start=1)
+            ]
+        grade = {k: _GRADES[i] if i < len(_GRADES) else 0 for i, k in enumerate(distinct)}
+        qrels += [
+            f"{query} 0 {chunk} {grade[key]}"
+            for chunk, key in dict.fromkeys(zip(chunks, keys, strict=True))
+        ]
+    for name, lines in runs.items():
+        (judged / f"{name}.run").write_text("\n".join(lines) + "\n")
+    (judged / "judgments.qrels").write_text("\n".join(qrels) + "\n")
+    return judged

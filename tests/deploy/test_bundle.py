@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import re
 import tomllib
 from collections.abc import Iterator
@@ -42,6 +43,7 @@ SAMPLE_SUBSTITUTIONS = {
 SAMPLE_REQUIRED_VARIABLES = {
     "failure_webhook_id": "0c6a5f0e-1d1b-4c43-9d5e-5a2d1e7b9f10",
     "service_principal": "6f1d2e3c-4b5a-6978-8a9b-0c1d2e3f4a5b",
+    "warehouse_id": "1a2b3c4d5e6f7a8b",
 }
 
 
@@ -50,9 +52,9 @@ def logmetrics_parser() -> argparse.ArgumentParser:
     at all: the Airflow venv of `make test-deploy`; the main suite always runs these checks."""
     if importlib.util.find_spec("logmetrics") is None:
         pytest.skip("logmetrics is not installed in this venv; the main suite checks this")
-    from logmetrics.cli import _parser
+    from logmetrics.cli.parser import build_parser
 
-    return _parser()
+    return build_parser()
 
 
 @pytest.fixture(scope="module")
@@ -136,19 +138,33 @@ def test_wheel_tasks_run_the_console_script_of_this_wheel(bundle: dict[str, Any]
         assert wheel["entry_point"] in PYPROJECT["project"]["scripts"], job_key
         target = PYPROJECT["project"]["scripts"][wheel["entry_point"]]
         module, function = target.split(":")
-        source = REPO / "src" / Path(*module.split(".")).with_suffix(".py")
-        assert re.search(rf"^def {function}\(", source.read_text(), re.MULTILINE), target
+        assert f"\ndef {function}(" in _defining_source(module, function), target
         # the wheel the task installs is the one the artifact builds
         (library,) = task["libraries"]
         assert (BUNDLE_DIR / library["whl"]).parent.resolve() == dist, job_key
         assert (BUNDLE_DIR / library["whl"]).name.endswith(".whl")
-    assert wheel_tasks == 4  # nightly run and alerts, backfill, maintain
+    assert wheel_tasks == 5  # nightly run, alerts and views, backfill, maintain
+
+
+def _defining_source(module: str, function: str) -> str:
+    """The source text of the module that defines `function` (`def function(`), from
+    `module`'s file (`module.py` or `module/__init__.py`) or the module it re-exports
+    `function` from (`from logmetrics.cli.app import entry_point`): read, not imported, since
+    the Airflow venv may not hold logmetrics."""
+    base = REPO / "src" / Path(*module.split("."))
+    source = (base / "__init__.py" if base.is_dir() else base.with_suffix(".py")).read_text()
+    if re.search(rf"^def {function}\(", source, re.M):
+        return source
+    found = re.search(rf"^from ([\w.]+) import [^\n]*\b{function}\b", source, re.M)
+    assert found, f"{module} neither defines nor imports {function}"
+    return _defining_source(found.group(1), function)
 
 
 # The bundle's tasks and the command each runs.
 COMMANDS = {
     ("logmetrics_nightly", "run"): "run",
     ("logmetrics_nightly", "alerts"): "alerts",
+    ("logmetrics_nightly", "views"): "views",
     ("logmetrics_backfill", "backfill"): "backfill",
     ("logmetrics_maintain", "maintain"): "maintain",
 }
@@ -227,16 +243,15 @@ def test_nightly_runs_the_day_before_its_trigger_date_on_a_daily_utc_schedule(
     parsed = logmetrics_parser().parse_args(args)
     assert parsed.command == "run"
     assert parsed.config == [CONFIG]
-    from logmetrics.cli import _run_day
+    from logmetrics.cli.compute import run_day
 
-    assert str(_run_day(parsed)) == "2026-03-01"  # the day before the trigger date
+    assert str(run_day(parsed)) == "2026-03-01"  # the day before the trigger date
 
 
 def test_nightly_alerts_judge_the_day_the_run_computed_and_fail_the_job(
     bundle: dict[str, Any],
 ) -> None:
-    run, alerts = bundle["resources"]["jobs"]["logmetrics_nightly"]["tasks"]
-    assert alerts["task_key"] == "alerts"
+    run, alerts = (_task(bundle, "logmetrics_nightly", key) for key in ("run", "alerts"))
     assert alerts["depends_on"] == [{"task_key": run["task_key"]}]
     assert "run_if" not in alerts  # the default, ALL_SUCCESS: no verdict on an unpublished day
     assert alerts["max_retries"] == 0  # an alert fails the task, and so the job run
@@ -248,12 +263,13 @@ def test_nightly_alerts_judge_the_day_the_run_computed_and_fail_the_job(
         "alerts", "--config", CONFIG, "--day-before", SAMPLE_TRIGGER_DATE, "--fail-on-alert"
     ]  # fmt: skip
     parser = logmetrics_parser()
-    from logmetrics.cli import _alerts_range, _run_day
+    from logmetrics.cli.alerts import alerts_range
+    from logmetrics.cli.compute import run_day
 
     parsed = parser.parse_args(args)
     assert parsed.fail_on_alert is True
-    day = _run_day(parser.parse_args(_arguments(bundle, "logmetrics_nightly", "run")))
-    assert _alerts_range(parsed) == (day, day)
+    day = run_day(parser.parse_args(_arguments(bundle, "logmetrics_nightly", "run")))
+    assert alerts_range(parsed) == (day, day)
 
 
 def test_maintain_runs_weekly_after_the_nightly(bundle: dict[str, Any]) -> None:
@@ -266,6 +282,42 @@ def test_maintain_runs_weekly_after_the_nightly(bundle: dict[str, Any]) -> None:
     args = _arguments(bundle, "logmetrics_maintain")
     assert args == ["maintain", "--config", CONFIG]
     assert logmetrics_parser().parse_args(args).command == "maintain"
+
+
+def test_the_nightly_keeps_the_views_in_step_after_its_run(bundle: dict[str, Any]) -> None:
+    """The views the dashboard reads are (re)created by this wheel after each nightly run,
+    beside the alerts task: an alert, which fails the job, does not leave them behind."""
+    views = _task(bundle, "logmetrics_nightly", "views")
+    assert views["depends_on"] == [{"task_key": "run"}]
+    assert "run_if" not in views
+    assert _arguments(bundle, "logmetrics_nightly", "views") == ["views", "--config", CONFIG]
+    assert logmetrics_parser().parse_args(["views", "--config", CONFIG]).command == "views"
+
+
+DASHBOARD = BUNDLE_DIR / "dashboards" / "logmetrics.lvdash.json"
+
+
+def test_the_dashboard_reads_the_tables_schema_on_a_warehouse_the_deploy_names(
+    bundle: dict[str, Any],
+) -> None:
+    """One dashboard, its file beside the bundle; its warehouse a variable every deploy gives;
+    the catalog and schema its datasets read, variables whose defaults are the tables'
+    catalog and schema in conf/databricks.yaml (the config the jobs' volume holds a copy of)."""
+    (resource,) = bundle["resources"]["dashboards"].values()
+    assert (BUNDLE_DIR / resource["file_path"]).resolve() == DASHBOARD
+    assert resource["warehouse_id"] == "${var.warehouse_id}"
+    assert "default" not in bundle["variables"]["warehouse_id"]
+    assert resource["dataset_catalog"] == "${var.tables_catalog}"
+    assert resource["dataset_schema"] == "${var.tables_schema}"
+    output = yaml.safe_load((REPO / "conf" / "databricks.yaml").read_text())["output"]
+    variables = bundle["variables"]
+    assert (variables["tables_catalog"]["default"], variables["tables_schema"]["default"]) == (
+        output["catalog"],
+        output["schema"],
+    )
+    dashboard = json.loads(DASHBOARD.read_text())
+    pages = [page["displayName"] for page in dashboard["pages"]]
+    assert pages == ["Trend", "Alerts", "Cost", "Data quality"]
 
 
 def test_every_job_notifies_failures_through_variables(bundle: dict[str, Any]) -> None:
@@ -337,26 +389,35 @@ def substituted(bundle: dict[str, Any], target: str) -> dict[str, Any]:
     return result
 
 
-def check_with_databricks_models(bundle: dict[str, Any]) -> int:
-    """Load every job of every target through `databricks.bundles.jobs.Job.from_dict`, and
-    prod's run_as through `JobRunAs`; raises on an unknown, misplaced or mistyped field.
-    Returns the number of jobs loaded."""
+def check_with_databricks_models(bundle: dict[str, Any]) -> dict[str, int]:
+    """Load every job of every target through `databricks.bundles.jobs.Job.from_dict`, every
+    dashboard through `databricks.bundles.dashboards.Dashboard.from_dict`, and prod's run_as
+    through `JobRunAs`; raises on an unknown, misplaced or mistyped field. Returns the number
+    of jobs and of dashboards loaded."""
     jobs_models = pytest.importorskip(
         "databricks.bundles.jobs", reason="databricks-bundles is in make test-deploy's venv"
     )
-    loaded = 0
+    dashboards_models = pytest.importorskip("databricks.bundles.dashboards")
+    loaded = {"jobs": 0, "dashboards": 0}
     for target in bundle["targets"]:
         resolved = substituted(bundle, target)
         for job in resolved["resources"]["jobs"].values():
             jobs_models.Job.from_dict(job)
-            loaded += 1
+            loaded["jobs"] += 1
+        for dashboard in resolved["resources"]["dashboards"].values():
+            model = dashboards_models.Dashboard.from_dict(dashboard)
+            assert model.as_dict() == dashboard  # nothing dropped on the way in
+            loaded["dashboards"] += 1
         if resolved["run_as"] is not None:
             jobs_models.JobRunAs.from_dict(resolved["run_as"])
     return loaded
 
 
-def test_every_job_loads_into_databricks_typed_models(bundle: dict[str, Any]) -> None:
-    assert check_with_databricks_models(bundle) == len(bundle["targets"]) * 3
+def test_every_job_and_dashboard_loads_into_databricks_typed_models(
+    bundle: dict[str, Any],
+) -> None:
+    targets = len(bundle["targets"])
+    assert check_with_databricks_models(bundle) == {"jobs": targets * 3, "dashboards": targets}
 
 
 def test_the_models_really_reject_unknown_and_misplaced_fields() -> None:
@@ -386,6 +447,18 @@ MUTATIONS = {
         "pause_status: ${var.nightly_pause_status}",
         "pause_status: PAUSD",
         "'PAUSD' is not a valid PauseStatus",
+    ),
+    # a misspelt field of the dashboard
+    "dashboard field": (
+        "      dataset_schema: ${var.tables_schema}\n",
+        "      dataset_schemas: ${var.tables_schema}\n",
+        "Unexpected field 'dataset_schemas' for class Dashboard",
+    ),
+    # a job's field on the dashboard
+    "misplaced on the dashboard": (
+        "      display_name: logmetrics\n",
+        "      display_name: logmetrics\n      max_concurrent_runs: 1\n",
+        "Unexpected field 'max_concurrent_runs' for class Dashboard",
     ),
 }
 

@@ -25,7 +25,7 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.providers.databricks.operators.databricks import (
     DatabricksSubmitRunOperator,
 )
-from airflow.sdk import BaseSensorOperator, CronDataIntervalTimetable
+from airflow.sdk import Asset, AssetAll, BaseSensorOperator, CronDataIntervalTimetable
 from airflow.sdk.api.datamodels._generated import DagRun, TIRunContext
 from airflow.sdk.bases import sensor as sensor_module
 from airflow.sdk.exceptions import (
@@ -39,6 +39,7 @@ from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 from airflow.serialization.encoders import coerce_to_core_timetable
 from airflow.serialization.serialized_objects import DagSerialization
 from airflow.timetables.base import DataInterval, TimeRestriction
+from published import PUBLISHED, downstream_dag_source
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_FOLDER = REPO / "deploy" / "airflow" / "dags"
@@ -205,6 +206,83 @@ def test_parsing_reads_no_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     bag = DagBag(dag_folder=str(DAG_FOLDER))
     assert bag.import_errors == {}
     assert len(bag.dags) == 2
+
+
+# --- the tables as Assets -------------------------------------------------------------------
+
+TABLES = os.environ["LOGMETRICS_TABLES"]  # tests/deploy/conftest.py
+
+
+@pytest.mark.parametrize("dag_id", ["logmetrics_nightly", "logmetrics_backfill"])
+def test_the_run_tasks_publish_each_table_as_an_asset_named_by_its_location(
+    dagbag: DagBag, dag_id: str
+) -> None:
+    """Both paths' run tasks (the one that runs emits the events) carry an Asset per published
+    table, `<LOGMETRICS_TABLES>/<table>`; no other task does (the alerts task comes after the
+    run's events: a fired alert does not hold them back)."""
+    dag = dagbag.dags[dag_id]
+    expected = [Asset(f"{TABLES}/{table}") for table in PUBLISHED]
+    outlets = {t.task_id: list(t.outlets) for t in dag.tasks if t.outlets}
+    assert outlets == {"spark_submit": expected, "databricks": expected}
+    assert [a.uri for a in expected][1] == "s3://logmetrics-tests/warehouse/unique_clusters_daily"
+    # The scheduler sees them too.
+    again = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    assert [a.uri for a in again.get_task("spark_submit").outlets] == [a.uri for a in expected]
+
+
+@pytest.mark.parametrize(
+    ("tables", "uri"),
+    [
+        ("file:///srv/logmetrics/warehouse/", "file:///srv/logmetrics/warehouse/unique_clusters_daily"),
+        ("abfss://c@acct.dfs.core.windows.net/wh", "abfss://c@acct.dfs.core.windows.net/wh/unique_clusters_daily"),
+        ("databricks://adb-1.azuredatabricks.net/main/retrieval_metrics",
+         "databricks://adb-1.azuredatabricks.net/main/retrieval_metrics/unique_clusters_daily"),
+    ],
+)  # fmt: skip
+def test_the_assets_follow_where_the_tables_are(
+    monkeypatch: pytest.MonkeyPatch, tables: str, uri: str
+) -> None:
+    monkeypatch.setenv("LOGMETRICS_TABLES", tables)
+    bag = DagBag(dag_folder=str(DAG_FOLDER))
+    assert bag.import_errors == {}
+    assert bag.dags["logmetrics_nightly"].get_task("spark_submit").outlets[1].uri == uri
+
+
+@pytest.mark.parametrize(
+    "tables", [None, "", "warehouse", "/srv/warehouse", "databricks://host/main"]
+)
+def test_without_a_tables_uri_the_file_does_not_load_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, tables: str | None
+) -> None:
+    """No location, a relative or scheme-less path, a Databricks URI without its schema: one
+    import error whose last line names the variable and what it takes."""
+    if tables is None:
+        monkeypatch.delenv("LOGMETRICS_TABLES")
+    else:
+        monkeypatch.setenv("LOGMETRICS_TABLES", tables)
+    bag = DagBag(dag_folder=str(DAG_FOLDER))
+    assert bag.dags == {}
+    (error,) = bag.import_errors.values()
+    assert error.strip().splitlines()[-1] == (
+        f"ValueError: LOGMETRICS_TABLES is {tables!r}: set it, on the scheduler and the DAG "
+        "processor, to where the logmetrics tables are: a warehouse URI (s3://bucket/warehouse, "
+        "file:///srv/logmetrics/warehouse) or databricks://<workspace host>/<catalog>/<schema>"
+    )
+
+
+def test_the_readmes_downstream_dag_is_scheduled_on_a_table_both_dags_publish(
+    dagbag: DagBag, tmp_path: Path
+) -> None:
+    (tmp_path / "downstream.py").write_text(downstream_dag_source(TABLES))
+    bag = DagBag(dag_folder=str(tmp_path))
+    assert bag.import_errors == {}
+    (downstream,) = bag.dags.values()
+    condition = downstream.timetable.asset_condition
+    assert condition == AssetAll(Asset(f"{TABLES}/unique_clusters_daily"))
+    scheduled = {a.uri for a in condition.objects}
+    for dag_id in ("logmetrics_nightly", "logmetrics_backfill"):
+        published = {a.uri for a in dagbag.dags[dag_id].get_task("spark_submit").outlets}
+        assert scheduled <= published, dag_id
 
 
 def test_dags_serialize_for_the_scheduler(dagbag: DagBag) -> None:

@@ -35,6 +35,7 @@ pytest.importorskip("airflow", reason="DAG tests run in the Airflow venv: make t
 
 import pyarrow.parquet as pq
 from airflow.dag_processing.dagbag import DagBag
+from published import DAG_ID, PUBLISHED, downstream_dag_source
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_FOLDER = REPO / "deploy" / "airflow" / "dags"
@@ -110,12 +111,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
         "PYSPARK_DRIVER_PYTHON": str(VENV_BIN / "python"),
         "SPARK_CONF_DIR": str(spark_conf),
     }
+    # The tables' Assets, where the config writes them; and, deployed beside the two DAGs (the
+    # bundle dag.test() syncs to the database), the README's downstream DAG scheduled on them.
+    environment["LOGMETRICS_TABLES"] = warehouse.as_uri()
+    bundle = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    (bundle / "downstream.py").write_text(downstream_dag_source(warehouse.as_uri()))
     saved = {key: os.environ.get(key) for key in environment}
     os.environ.update(environment)
     from airflow.utils.db import initdb
 
     initdb()
-    yield {"warehouse": warehouse, "data": data}
+    yield {"warehouse": warehouse, "data": data, "bundle": bundle}
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
@@ -162,6 +168,40 @@ def _reschedules(run: Any, task_id: str) -> int:
         return int(session.scalar(query))
 
 
+def _asset_events(dag_id: str) -> dict[str, list[str]]:
+    """Per asset URI, the tasks of `dag_id` that emitted an event for it, oldest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    query = (
+        select(AssetModel.uri, AssetEvent.source_task_id)
+        .join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
+        .where(AssetEvent.source_dag_id == dag_id)
+        .order_by(AssetEvent.timestamp)
+    )
+    found: dict[str, list[str]] = {}
+    with create_session() as session:
+        for uri, task_id in session.execute(query):
+            found.setdefault(uri, []).append(task_id)
+    return found
+
+
+def _queued_for(dag_id: str) -> list[str]:
+    """The assets whose events wait to start a run of `dag_id` (the scheduler's queue)."""
+    from airflow.models.asset import AssetDagRunQueue, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    query = (
+        select(AssetModel.uri)
+        .join(AssetDagRunQueue, AssetDagRunQueue.asset_id == AssetModel.id)
+        .where(AssetDagRunQueue.target_dag_id == dag_id)
+    )
+    with create_session() as session:
+        return sorted(session.scalars(query))
+
+
 def read_delta(path: Path) -> list[dict[str, Any]]:
     """A small Delta table's rows: the log's live files (JSON commits replayed, no checkpoint
     needed) read with pyarrow, partition values put back."""
@@ -196,6 +236,8 @@ def baseline(world: dict[str, Path]) -> dict[str, Any]:
         "states": _states(run),
         "daily": read_delta(world["warehouse"] / "unique_clusters_daily"),
         "alerts": read_delta(world["warehouse"] / "unique_clusters_alerts"),
+        "events": _asset_events("logmetrics_backfill"),
+        "queued": _queued_for(DAG_ID),
     }
 
 
@@ -241,6 +283,7 @@ def quiet(world: dict[str, Path], baseline: dict[str, Any]) -> dict[str, Any]:
         "said": said,
         "daily": read_delta(world["warehouse"] / "unique_clusters_daily"),
         "alerts": read_delta(world["warehouse"] / "unique_clusters_alerts"),
+        "events": _asset_events("logmetrics_nightly"),
     }
 
 
@@ -307,3 +350,25 @@ def test_nightly_regression_fails_on_the_alerts_task_without_retry(
         ("share_at_or_below_threshold", "alert"),
     }
     assert all(r["baseline_days"] == 4 for r in regressed)
+    # The day is published, so its tables' events are out, the alert notwithstanding.
+    events = _asset_events("logmetrics_nightly")
+    assert events[f"{world['warehouse'].as_uri()}/unique_clusters_daily"] == ["spark_submit"] * 2
+
+
+def test_each_run_task_emits_an_event_per_table_and_queues_the_downstream_dag(
+    world: dict[str, Path], baseline: dict[str, Any], quiet: dict[str, Any]
+) -> None:
+    """The backfill's run task, then the quiet night's, emitted one event for each published
+    table, named by its location in the warehouse the run wrote; the README's downstream DAG,
+    deployed beside them and scheduled on the daily table, was queued by the backfill's: the
+    scheduler would start it. It loads and runs (a manual run: no triggering event)."""
+    tables = world["warehouse"].as_uri()
+    assert all((world["warehouse"] / table / "_delta_log").is_dir() for table in PUBLISHED)
+    published = {f"{tables}/{table}" for table in PUBLISHED}
+    assert baseline["events"] == {uri: ["spark_submit"] for uri in published}
+    assert quiet["events"] == {uri: ["spark_submit"] for uri in published}
+    assert baseline["queued"] == [f"{tables}/unique_clusters_daily"]
+
+    downstream = DagBag(dag_folder=str(world["bundle"])).dags[DAG_ID]
+    run = downstream.test()
+    assert str(run.state) == "success", _states(run)

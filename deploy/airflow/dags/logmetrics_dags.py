@@ -21,24 +21,40 @@ The nightly DAG then runs, on the same path, `logmetrics alerts --config C --sta
 the daily table alone. It exits 4 on an alert, so the DAG run turns red (and notifies) without
 the day being recomputed; it has no retries, since an alert is a verdict on data, not a glitch.
 
+Both DAGs declare the tables a run publishes as Airflow Assets, named by their location (the
+environment variable LOGMETRICS_TABLES, read when the file is parsed, plus the table's name):
+when a run or backfill task succeeds, each table gets an asset event, and a DAG scheduled on
+those Assets runs after it (deploy/airflow/README.md, "Downstream DAGs").
+
 Why this shape: the DAGs are thin on purpose. Dates, data-quality gates and the idempotent
 per-date writes (`replaceWhere` on `metric_date`) live in logmetrics, so a retry, a catch-up run
 or a re-run of any day is safe and behaves exactly like the CLI. This file imports nothing from
 logmetrics (the scheduler needs none of Spark's dependencies) and reads no Variable when it is
-parsed: the path is picked per run by the `choose_runner` branch task, and every other setting is
-a Jinja `var.value` lookup rendered when the task runs. Credentials live only in Airflow
+parsed (LOGMETRICS_TABLES comes from the environment): the path is picked per run by the
+`choose_runner` branch task, and every other setting is a Jinja `var.value` lookup rendered
+when the task runs. Credentials live only in Airflow
 connections; their ids are Variables too. deploy/airflow/README.md lists the Variables.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import re
 import subprocess
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.databricks.operators.databricks import DatabricksSubmitRunOperator
-from airflow.sdk import DAG, BaseSensorOperator, CronDataIntervalTimetable, Param, Variable, task
+from airflow.sdk import (
+    DAG,
+    Asset,
+    BaseSensorOperator,
+    CronDataIntervalTimetable,
+    Param,
+    Variable,
+    task,
+)
 from airflow.sdk.exceptions import AirflowFailException
 
 # Same value as logmetrics.session.DELTA_PACKAGE (tests/deploy/test_dags.py checks they match).
@@ -87,6 +103,39 @@ READY_CONFIG = (
     "{{ var.value.get('logmetrics_ready_config', "
     "var.value.get('logmetrics_config', 'conf/local.yaml')) }}"
 )
+
+# The tables a run or backfill publishes (those every computed day writes, for the readers of
+# the metrics: BI refreshes, exports), each an Asset named by its location. Not the operational
+# ones (quarantine, missing_cluster_chunks, job_runs).
+PUBLISHED_TABLES = (
+    "unique_clusters_by_query",
+    "unique_clusters_daily",
+    "unique_clusters_k_sweep",
+    "redundancy_cost_daily",
+    "unique_clusters_crowding",
+    "unique_clusters_alerts",
+    "data_quality",
+)
+TABLES_ENV = "LOGMETRICS_TABLES"
+
+
+def table_assets(tables: str | None) -> list[Asset]:
+    """An Asset per published table, `<tables>/<table>`: `tables` is where the config writes
+    them, as a URI: a warehouse (output.warehouse: s3://bucket/warehouse,
+    file:///srv/logmetrics/warehouse) or a Databricks schema (output.catalog and output.schema:
+    databricks://<workspace host>/<catalog>/<schema>). One clear line when it is not one."""
+    where = (tables or "").rstrip("/")
+    scheme = re.match(r"([a-z][a-z0-9+.-]*)://[^/]*(/.*)?$", where)
+    if scheme is None or (scheme[1] == "databricks" and len((scheme[2] or "").split("/")) != 3):
+        raise ValueError(
+            f"{TABLES_ENV} is {tables!r}: set it, on the scheduler and the DAG processor, to where "
+            "the logmetrics tables are: a warehouse URI (s3://bucket/warehouse, "
+            "file:///srv/logmetrics/warehouse) or databricks://<workspace host>/<catalog>/<schema>"
+        )
+    return [Asset(f"{where}/{table}") for table in PUBLISHED_TABLES]
+
+
+TABLE_ASSETS = table_assets(os.environ.get(TABLES_ENV))
 
 NOT_READY = 5  # `logmetrics ready`'s (and `run`'s) exit status while a day's logs are landing
 READY_POKE_INTERVAL = 5 * 60  # seconds: defaults of the nightly DAG's params
@@ -227,9 +276,10 @@ def _runner_tasks(
     script: str, command: str, args: list[str], name: str, after: Any = None
 ) -> tuple[Any, Any]:
     """[after >>] choose_runner >> [spark_submit, databricks], both running
-    `logmetrics <command> <args>`; returns the two path tasks."""
-    spark_submit = _spark_submit("spark_submit", script, args, name)
-    databricks = _databricks("databricks", command, args, name)
+    `logmetrics <command> <args>` and publishing the tables' Assets (the path that ran emits
+    their events; the skipped one none); returns the two path tasks."""
+    spark_submit = _spark_submit("spark_submit", script, args, name, outlets=TABLE_ASSETS)
+    databricks = _databricks("databricks", command, args, name, outlets=TABLE_ASSETS)
     branch = choose_runner()
     if after is not None:
         after >> branch

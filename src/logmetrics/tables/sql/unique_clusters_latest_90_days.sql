@@ -1,5 +1,6 @@
 -- The latest 90 published days of unique_clusters_daily, all traffic and segments, with the
--- columns a dashboard plots. "Latest" counts back from the newest published date, not from
+-- columns a dashboard plots; segment_label names the row for a filter ('all traffic',
+-- 'surface=app'). "Latest" counts back from the newest published date, not from
 -- today, so a dashboard does not go blank while a backfill catches up.
 --
 -- `logmetrics views --config ...` creates it over the configured tables (catalog names, or
@@ -13,6 +14,8 @@ SELECT
   d.k,
   d.segment,
   d.segment_value,
+  CASE WHEN d.segment = 'all' THEN 'all traffic' ELSE concat(d.segment, '=', d.segment_value) END
+    AS segment_label,
   d.queries,
   d.median,
   d.p10,
