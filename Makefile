@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: install demo test test-fast lint format lock clean test-deploy bench bench-fixed-cost \
-	cluster-up cluster-down cluster-status test-cluster wheel test-compat
+	cluster-up cluster-down cluster-status test-cluster wheel test-compat s3-server
 
 install: $(STAMP)
 
@@ -19,12 +19,20 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 demo: install
 	$(BIN)/logmetrics demo
 
+# The real S3 server of the object-storage tests and benchmark (SeaweedFS, built from its pinned
+# Go module into ~/.cache/logmetrics, outside the clone: a few minutes once per machine, then
+# nothing): deploy/s3/seaweedfs.sh, benchmarks/s3_server.py.
+s3-server:
+	@bash deploy/s3/seaweedfs.sh build >/dev/null
+
 # The whole suite on three workers (pytest-xdist, a module per worker at a time: tests/conftest.py
 # hands out the longest first) on plain Spark (the suite's engine: tests/suite_session.py). The
 # other engines, lines and platforms (the reference tests on Comet, the default engine, and on
 # Spark 4.0 with generated code; the wheel on a runtime; a Hive metastore) are `make
 # test-compat`, and the Airflow DAGs and the bundle `make test-deploy` (their own venv, a few
-# minutes cold): .ci/run runs both after it.
+# minutes cold): .ci/run runs both after it. A large cluster table's other plans (kept keys, a
+# cut-down broadcast, a shuffle join; marked `plans`) run in the reference tests there, on both
+# engines, not here: two minutes and a half of one worker.
 REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_hostile.py
 # Three workers on 2 cores: the suite's backfills wait on Delta commits and on the processes some
 # tests start, so a third worker fills the cores (2026-12-02, the same hour, platform floor 14 s:
@@ -32,13 +40,20 @@ REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_
 # 16:02 on four, 15:44 on three). xdist's own order (by number of tests) is turned off.
 XDIST := -n 3 --dist loadfile --no-loadscope-reorder
 
-test: install
-	$(BIN)/python -m pytest $(XDIST) -m "not platform and not reliability" --durations=30
+test: install s3-server
+	$(BIN)/python -m pytest $(XDIST) \
+		-m "not platform and not reliability and not objectstore and not snippets and not plans" \
+		--durations=30
 
 # Not part of `make test` (.ci/run runs it after). First, in .venv: the catalog tables on a real
 # Hive metastore (marked `platform`), a nightly killed after each of its commits and two runs of
-# one day at once (marked `reliability`: some twenty runs, minutes of the suite's budget), then the tests that compare every published table with the
-# pure-Python reference (REFERENCE_TESTS) on Comet, the default engine. Then the Spark 4.0 line
+# one day at once, a backfill sent SIGTERM in its main pass, Ctrl-C in a commit and two signals in
+# a row, backfills killed at three points and resumed, three backfills at once, a broadcast too
+# large for a small driver (marked `reliability`: some thirty runs, minutes of the suite's budget), whole runs on a real S3
+# server (marked `objectstore`), then the tests that compare every published table with the
+# pure-Python reference (REFERENCE_TESTS) on Comet, the default engine, with among them
+# docs/tables.md's read-without-Spark snippets, each in a fresh venv of its own pip line (marked
+# `snippets`: pip into two venvs, a minute or two). Then the Spark 4.0 line
 # (pyspark 4.0.1 + delta-spark 4.0.1, what Databricks 17.3 LTS runs): .venv-compat holds the
 # wheel with its `local` extra pinned by constraints-spark40.txt and runs, on plain Spark (Comet
 # has no Spark 4.0 build) with generated code on (the engine's production path; the other passes
@@ -61,22 +76,24 @@ $(COMPAT_STAMP): pyproject.toml constraints-spark40.txt
 		-c constraints-spark40.txt "$$(ls dist/logmetrics-*.whl)[local,dev]"
 	@touch $(COMPAT_STAMP)
 
-test-compat: wheel $(COMPAT_STAMP)
+test-compat: wheel $(COMPAT_STAMP) s3-server
 	$(BIN)/python -m pytest $(XDIST) -m platform tests/test_hive_metastore.py
-	$(BIN)/python -m pytest -n 2 -m reliability --durations=10 tests/flows/test_nightly_commits.py
+	$(BIN)/python -m pytest -n 2 -m "reliability or objectstore" --durations=10 \
+		tests/flows/test_nightly_commits.py tests/test_stopping.py tests/test_object_storage_runs.py \
+		tests/test_orchestration.py tests/test_cli_process.py tests/flows/test_held_days.py
 	LOGMETRICS_TEST_ACCELERATOR=comet $(BIN)/python -m pytest $(XDIST) -m "not platform" \
 		--durations=15 $(REFERENCE_TESTS)
 	$(COMPAT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
 		--force-reinstall dist/logmetrics-*.whl
 	$(COMPAT_VENV)/bin/python -m pip check
 	LOGMETRICS_TEST_CODEGEN=on $(COMPAT_VENV)/bin/python -m pytest $(XDIST) -p no:cacheprovider \
-		--durations=15 --run-wheel tests/test_wheel.py tests/test_session.py tests/flows/test_append_writes.py \
+		-m "not snippets" --durations=15 --run-wheel tests/test_wheel.py tests/test_session.py tests/flows/test_append_writes.py \
 		$(REFERENCE_TESTS)
 
 # Two workers, a JVM each: 4:21 and 4:25 against 5:58 and 6:36 in one process, three workers
 # 4:54 and 5:00 (2026-12-03, alternating, platform floor 23 s that hour). On the suite's engine
 # (plain Spark): 4:23 against 4:04 on Comet, one pair (plain first, floor 32 s): no gain here.
-test-fast: install
+test-fast: install s3-server
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
 
 # The performance benchmark (benchmarks/README.md), not part of `make test`: logmetrics (Comet on,

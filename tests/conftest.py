@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 
 import pytest
+from benchmarks import s3_server
 from pyspark.sql import SparkSession
 
 from logmetrics.config import SparkConfig
 from logmetrics.session import local_conf, resolve_lock
+from logmetrics.tables import storage
 from suite_session import ACCELERATOR, TEST_CONF
 
 
@@ -36,15 +39,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 LONGEST_FIRST = (
     "test_wheel.py",  # make test-compat: a Spark 4.0 venv
     "test_hive_metastore.py",  # make test-compat: four JVMs one after another
-    "test_orchestration.py",  # 656 s
-    "test_nightly_commits.py",  # make test-compat (reliability): a nightly's kill points
-    "test_readme.py",  # the demo and the README's commands
+    "test_readme.py",  # about 450 s: the demo (318 s under the suite's load), the README's commands
     "test_end_to_end.py",  # 440 s
     "test_living_inputs.py",  # 361 s
+    "test_nightly_commits.py",  # make test-compat (reliability): a nightly's kill points
+    "test_orchestration.py",  # about 200 s; its kills and races in make test-compat
     "test_hostile.py",  # 126 s
+    "test_stopping.py",  # about 150 s alone: three backfill processes, two backfills, a resume
     "test_alerts_end_to_end.py",  # 112 s
     "test_properties.py",  # 106 s
     "test_reliability.py",  # 98 s
+    "test_held_days.py",  # make test-compat (reliability): four backfills
     "test_restatements.py",  # about 90 s: one backfill, three runs (2026-12-06, alone)
     "test_gate_policy.py",  # 88 s
     "test_evaluation.py",  # 83 s
@@ -94,7 +99,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         conf=TEST_CONF,
     )
     builder = SparkSession.builder.appName("logmetrics-tests")
-    for key, value in {**local_conf(settings), "spark.sql.warehouse.dir": str(warehouse)}.items():
+    conf = {**local_conf(settings, s3=True), "spark.sql.warehouse.dir": str(warehouse)}
+    for key, value in conf.items():
         builder = builder.config(key, value)
     with resolve_lock():  # the other xdist worker may be resolving the jars too
         session = builder.getOrCreate()
@@ -106,6 +112,43 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 def _run_logs_in_a_temp_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The run log file of every command a test runs in this process goes to a temp dir, not
     to the checkout's logs/."""
-    from logmetrics import cli
+    from logmetrics.cli import logs
 
-    cli._LOG_ROOT = tmp_path_factory.mktemp("run-logs")
+    logs._LOG_ROOT = tmp_path_factory.mktemp("run-logs")
+
+
+@pytest.fixture(scope="session")
+def s3_server_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3_server.S3Server]:
+    """A real S3 server (SeaweedFS, benchmarks/s3_server.py) for the worker's tests, its keys
+    in this process's environment (the standard credential chain reads them: pyarrow here,
+    and the processes tests start)."""
+    with s3_server.running(tmp_path_factory.mktemp("s3-server")) as server:
+        storage.configure({})  # the file systems made from now on take the server's keys
+        yield server
+    storage.configure({})
+
+
+@pytest.fixture
+def s3(s3_server_running: s3_server.S3Server, request: pytest.FixtureRequest) -> Iterator[str]:
+    """`s3a://logmetrics/<the test's own prefix>` on the real server, with `tables.storage`
+    configured for it (as a command's config would)."""
+    storage.configure(s3_server_running.spark_conf)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name)[:60]
+    yield f"s3a://{s3_server_running.bucket('logmetrics')}/{name}-{os.urandom(3).hex()}"
+    storage.configure({})
+
+
+@pytest.fixture(scope="session")
+def s3_spark(spark: SparkSession, s3_server_running: s3_server.S3Server) -> SparkSession:
+    """The suite's session reaching the real S3 server through S3A: the endpoint in its Hadoop
+    configuration, and the keys too (S3A's own static provider: the JVM's environment, which
+    the standard chain reads, was fixed when it started, before the server was)."""
+    conf = spark._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    for key, value in s3_server_running.spark_conf.items():
+        conf.set(key.removeprefix("spark.hadoop."), value)
+    conf.set(
+        "fs.s3a.aws.credentials.provider", "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+    )
+    conf.set("fs.s3a.access.key", s3_server_running.access_key)
+    conf.set("fs.s3a.secret.key", s3_server_running.secret_key)
+    return spark

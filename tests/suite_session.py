@@ -4,6 +4,10 @@ processes some tests start with them: tuned for speed on 2 cores."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from logmetrics.session import PROFILES
 
@@ -72,3 +76,32 @@ if os.environ.get("LOGMETRICS_TEST_CODEGEN", "off") != "on":
 # (LOGMETRICS_TEST_ACCELERATOR=comet) and on Spark 4.0 with generated code, so the outputs are
 # checked on both engines.
 ACCELERATOR = os.environ.get("LOGMETRICS_TEST_ACCELERATOR", "none")
+
+
+def process_config(data: Path, warehouse: Path, **sections: Any) -> Path:
+    """The config of the runs a test starts over generated data (`data`: a folder of
+    `synthetic.generate`), as YAML beside the warehouse: the suite session's engine and Spark
+    settings (one task, no generated code, no Delta checksum or file statistics) with a JVM
+    for short runs (SHORT_JVM), so that a process the test starts runs as the in-process runs
+    do, a few seconds of work each; ks 5 and 10, every day published (quality warn);
+    `sections` added (`backfill={"days_per_chunk": 2}`)."""
+    path = warehouse.parent / f"{warehouse.name}.yaml"
+    config = {
+        "inputs": {
+            "served_logs": {"path": str(data / "served_logs")},
+            "clusters": {"path": str(data / "clusters_parquet"), "format": "parquet"},
+        },
+        "output": {"warehouse": str(warehouse)},
+        "metrics": {"ks": [5, 10]},
+        **sections,
+        "quality": {"max_malformed_rate": 0.05, "on_failure": "warn"},
+        "spark": {
+            "master": "local[1]",
+            "driver_memory": "1g",
+            "profile": "short",
+            "accelerator": ACCELERATOR,
+            "conf": {**TEST_CONF, "spark.driver.extraJavaOptions": SHORT_JVM},
+        },
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path

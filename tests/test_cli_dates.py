@@ -7,37 +7,38 @@ import datetime as dt
 
 import pytest
 
-from logmetrics.cli import _alerts_range, _parser, _run_day, main
+from logmetrics.cli import main
+from logmetrics.cli.alerts import alerts_range
+from logmetrics.cli.compute import run_day
+from logmetrics.cli.parser import build_parser
 from logmetrics.errors import ConfigError
 
 CONFIG = ["--config", "job.yaml"]
 
 
 def _parse(*argv: str) -> object:
-    return _parser().parse_args(list(argv))
+    return build_parser().parse_args(list(argv))
 
 
 def test_run_computes_the_day_before_the_trigger_date_across_a_month_and_a_year() -> None:
-    assert _run_day(_parse("run", *CONFIG, "--day-before", "2026-03-01")) == dt.date(2026, 2, 28)
-    assert _run_day(_parse("run", *CONFIG, "--day-before", "2028-03-01")) == dt.date(2028, 2, 29)
-    assert _run_day(_parse("run", *CONFIG, "--day-before", "2027-01-01")) == dt.date(2026, 12, 31)
-    assert _run_day(_parse("run", *CONFIG, "--date", "2026-03-01")) == dt.date(2026, 3, 1)
+    assert run_day(_parse("run", *CONFIG, "--day-before", "2026-03-01")) == dt.date(2026, 2, 28)
+    assert run_day(_parse("run", *CONFIG, "--day-before", "2028-03-01")) == dt.date(2028, 2, 29)
+    assert run_day(_parse("run", *CONFIG, "--day-before", "2027-01-01")) == dt.date(2026, 12, 31)
+    assert run_day(_parse("run", *CONFIG, "--date", "2026-03-01")) == dt.date(2026, 3, 1)
 
 
 def test_run_without_a_date_computes_yesterday_utc() -> None:
     before = dt.datetime.now(dt.UTC).date()
-    day = _run_day(_parse("run", *CONFIG))
+    day = run_day(_parse("run", *CONFIG))
     after = dt.datetime.now(dt.UTC).date()
     assert day in {before - dt.timedelta(days=1), after - dt.timedelta(days=1)}
 
 
 def test_alerts_judge_the_one_day_the_run_computed() -> None:
-    run = _run_day(_parse("run", *CONFIG, "--day-before", "2026-03-02"))
-    judged = _alerts_range(_parse("alerts", *CONFIG, "--day-before", "2026-03-02"))
+    run = run_day(_parse("run", *CONFIG, "--day-before", "2026-03-02"))
+    judged = alerts_range(_parse("alerts", *CONFIG, "--day-before", "2026-03-02"))
     assert judged == (run, run) == (dt.date(2026, 3, 1), dt.date(2026, 3, 1))
-    ranged = _alerts_range(
-        _parse("alerts", *CONFIG, "--start", "2026-03-01", "--end", "2026-03-03")
-    )
+    ranged = alerts_range(_parse("alerts", *CONFIG, "--start", "2026-03-01", "--end", "2026-03-03"))
     assert ranged == (dt.date(2026, 3, 1), dt.date(2026, 3, 3))
 
 
@@ -55,7 +56,7 @@ def test_alerts_judge_the_one_day_the_run_computed() -> None:
 )
 def test_alerts_need_one_way_of_naming_their_days(argv: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        _alerts_range(_parse(*argv))
+        alerts_range(_parse(*argv))
 
 
 @pytest.mark.parametrize(
@@ -78,10 +79,11 @@ def test_the_entry_point_leaves_with_the_exit_status(monkeypatch: pytest.MonkeyP
     """A wheel task may ignore what the entry point returns: a failure leaves as SystemExit,
     success returns normally."""
     from logmetrics import cli
+    from logmetrics.cli import app
 
-    monkeypatch.setattr(cli, "main", lambda: 4)
+    monkeypatch.setattr(app, "main", lambda: 4)
     with pytest.raises(SystemExit) as left:
         cli.entry_point()
     assert left.value.code == 4
-    monkeypatch.setattr(cli, "main", lambda: 0)
+    monkeypatch.setattr(app, "main", lambda: 0)
     assert cli.entry_point() is None

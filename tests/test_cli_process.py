@@ -14,12 +14,22 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import SparkSession
 
 from logmetrics.synthetic import generate, unserved_chunks
 
 pytestmark = pytest.mark.slow
 
 START = dt.date(2026, 4, 1)
+LOCAL_JOB = (
+    "inputs:\n"
+    "  served_logs: {path: data/served_logs}\n"
+    "  clusters: {path: data/clusters_parquet, format: parquet}\n"
+    "output: {warehouse: wh}\n"
+    "spark: {master: 'local[1]', driver_memory: 1g}\n"
+)
+"""The job a test's generated data (`generate(tmp_path / "data", ...)`) runs with, from
+tmp_path: local Parquet logs without a ready marker."""
 
 
 def _logmetrics(
@@ -53,13 +63,7 @@ def _path_with_a_foreign_python3(tmp_path: Path) -> dict[str, str]:
 def test_backfill_in_a_fresh_process_then_a_missing_column(tmp_path: Path) -> None:
     generate(tmp_path / "data", START, days=2, queries_per_day=50, seed=5)
     config = tmp_path / "job.yaml"
-    config.write_text(
-        "inputs:\n"
-        "  served_logs: {path: data/served_logs}\n"
-        "  clusters: {path: data/clusters_parquet, format: parquet}\n"
-        "output: {warehouse: wh}\n"
-        "spark: {master: 'local[1]', driver_memory: 1g}\n"
-    )
+    config.write_text(LOCAL_JOB)
     ok = _logmetrics(
         "backfill",
         "--config",
@@ -173,13 +177,7 @@ def test_without_a_marker_ready_and_a_run_for_a_day_without_files_start_no_spark
     the files through Spark, fails."""
     generate(tmp_path / "data", START, days=1, queries_per_day=5, seed=5)
     empty = START + dt.timedelta(days=3)
-    (tmp_path / "job.yaml").write_text(
-        "inputs:\n"
-        "  served_logs: {path: data/served_logs}\n"
-        "  clusters: {path: data/clusters_parquet, format: parquet}\n"
-        "output: {warehouse: wh}\n"
-        "spark: {master: 'local[1]', driver_memory: 1g}\n"
-    )
+    (tmp_path / "job.yaml").write_text(LOCAL_JOB)
     config = ("--config", "job.yaml")
     ready = _watched("ready", *config, "--date", str(START), cwd=tmp_path)
     not_ready = _watched("ready", *config, "--date", str(empty), cwd=tmp_path)
@@ -194,6 +192,50 @@ def test_without_a_marker_ready_and_a_run_for_a_day_without_files_start_no_spark
     assert not (tmp_path / "wh").exists()
 
 
+def test_ready_and_a_run_over_a_damaged_parquet_file_name_it_without_spark(
+    tmp_path: Path,
+) -> None:
+    """A day whose log file is truncated (its footer unreadable): `ready` and `run` name the
+    file by its full path in one line and exit 1 under `on_corrupt: fail` (a run would stop on
+    it, and waiting does not mend it: a sensor fails at once instead of poking until its
+    timeout); under `quarantine`, `ready` says the day is ready and that the file goes to the
+    quarantine. No `java` process under any of them: the damaged-file scan reads footers. A
+    `ready` that started Spark to read the file (and printed `[FAILED_READ_FILE.NO_HINT] ...
+    reading file .`) fails."""
+    generate(tmp_path / "data", START, days=1, queries_per_day=5, seed=5)
+    (damaged,) = (tmp_path / "data" / "served_logs").rglob("*.parquet")
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    (tmp_path / "job.yaml").write_text(LOCAL_JOB)
+    day = ("--config", "job.yaml", "--date", str(START))
+    ready = _watched("ready", *day, cwd=tmp_path)
+    run = _watched("run", *day, cwd=tmp_path)
+    held = _watched(
+        "ready", *day, "--set", "inputs.served_logs.on_corrupt=quarantine", cwd=tmp_path
+    )
+    assert [status for status, _, _ in (ready, run, held)] == [1, 1, 0], held[1]
+    named = f"served logs at data/served_logs: {damaged} cannot be read ("
+    for _, err, _ in (ready, run):
+        (line,) = err.splitlines()
+        assert line.startswith(f"logmetrics: error: {named}"), line
+    assert (
+        ready[1]
+        .rstrip()
+        .endswith(
+            "; a run stops on it: replace or remove it "
+            "(inputs.served_logs.on_corrupt: quarantine computes the rest)"
+        )
+    )
+    said = (tmp_path / "cli.out").read_text()
+    assert said.startswith(f"{START}: ready (") and "go to the quarantine" in said
+    assert str(damaged) in said
+    for _, err, seen in (ready, run, held):
+        assert not any("java" in name for name in seen), seen
+        assert "starting local Spark" not in err
+    assert not list((tmp_path / "logs").glob("spark-*.log"))
+    assert not (tmp_path / "wh").exists()
+
+
+@pytest.mark.reliability
 def test_a_broadcast_too_large_for_the_driver_takes_the_next_plan(tmp_path: Path) -> None:
     """A small driver (512m: with Comet, a 0.2 GiB native pool) told to broadcast a whole
     cluster table of 1M chunks it cannot hold: the broadcast runs out of memory, the run says
@@ -222,3 +264,90 @@ def test_a_broadcast_too_large_for_the_driver_takes_the_next_plan(tmp_path: Path
     assert "raise spark.driver_memory" in warned[0]
     assert not any("Traceback" in line or "\tat " in line for line in terminal)
     assert "1 day(s) published" in done.stdout
+
+
+def test_a_done_day_and_a_range_without_logs_are_answered_without_spark(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """`run` for a day published from the same files, cluster table and config says it is
+    done, and `backfill` over days no log file holds a row of says they are not ready, each
+    counting its days once, with no `java` process under them: the ledger (read with delta-rs),
+    the footers and the cluster table's listing answer. A CLI that starts Spark to find there
+    is nothing to do fails, however fast the machine."""
+    generate(tmp_path / "data", START, days=2, queries_per_day=20, seed=5)
+    (tmp_path / "job.yaml").write_text(
+        "inputs:\n"
+        f"  served_logs: {{path: '{tmp_path / 'data' / 'served_logs'}'}}\n"
+        f"  clusters: {{path: '{tmp_path / 'data' / 'clusters_parquet'}', format: parquet}}\n"
+        f"output: {{warehouse: '{tmp_path / 'wh'}'}}\n"
+        "spark: {master: 'local[1]', driver_memory: 1g}\n"
+    )
+    config = ("--config", "job.yaml")
+    second = START + dt.timedelta(days=1)
+    from logmetrics.cli import main
+
+    assert (
+        main(
+            [
+                "backfill",
+                "--config",
+                str(tmp_path / "job.yaml"),
+                "--start",
+                str(START),
+                "--end",
+                str(second),
+            ]
+        )
+        == 0
+    )
+    done = _watched("run", *config, "--date", str(second), cwd=tmp_path)
+    assert done[0] == 0, done[1]
+    said = (tmp_path / "cli.out").read_text()
+    assert f"{START}, {second}: already done from the same inputs and config, skipped" in said
+    assert "0 day(s) published, 2 skipped (already done)" in said
+    later = [START + dt.timedelta(days=d) for d in (30, 31, 32)]
+    empty = _watched(
+        "backfill", *config, "--start", str(later[0]), "--end", str(later[-1]), cwd=tmp_path
+    )
+    assert empty[0] == 5, empty[1]
+    assert empty[1].splitlines()[-1] == (
+        f"logmetrics: error: input not ready: {later[0]}, {later[1]}, {later[2]}: no log file "
+        "holds a row of any of them; nothing was computed for them, only for the ready days"
+    )
+    for _, err, seen in (done, empty):
+        assert not any("java" in name for name in seen), seen
+        assert "starting local Spark" not in err
+    assert not list((tmp_path / "logs").glob("spark-*.log"))
+
+
+def test_a_line_logged_by_a_library_on_the_root_logger_prints_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    """Py4J logs on the root logger (`logging.exception` when a call into the JVM is
+    interrupted), and the first such call gives the root logger a handler of its own when it
+    has none: every later line of the run then printed twice, once as
+    `INFO:logmetrics...`. After the CLI's logging is set up, the run's lines print once, and
+    the library's record goes to the run's log file, not the terminal."""
+    program = (
+        "import logging\n"
+        "from logmetrics.cli import logs\n"
+        "from logmetrics.console import say\n"
+        "logs.setup_logging('INFO', 'text', 'once')\n"
+        "try:\n"
+        "    raise KeyboardInterrupt\n"
+        "except KeyboardInterrupt:\n"
+        "    logging.exception('KeyboardInterrupt while sending command.')  # as py4j does\n"
+        "flows = logging.getLogger('logmetrics.flows')\n"
+        "say(flows, 'computing 2026-04-01')\n"
+        "flows.info('a record for the log')\n"
+        "flows.warning('a warning')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["computing 2026-04-01"]
+    assert done.stderr.splitlines() == ["warning: a warning"]
+    log = (tmp_path / "logs" / "logmetrics-once.log").read_text()
+    for line in ("KeyboardInterrupt while sending command.", "computing", "a record", "a warning"):
+        assert log.count(line) == 1, line

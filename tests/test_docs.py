@@ -9,9 +9,10 @@ import typing
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
-from logmetrics.config import Config
+from logmetrics.config import Config, load_config
 from logmetrics.tables import catalog
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
@@ -127,3 +128,16 @@ def test_relative_links_resolve(page: Path) -> None:
 def test_the_readme_links_to_every_page_of_docs() -> None:
     linked = {(REPO / target.partition("#")[0]).resolve() for target in LINK.findall(README)}
     assert set((REPO / "docs").glob("*.md")) <= linked
+
+
+def test_the_documented_evaluation_section_is_the_shipped_one() -> None:
+    """docs/config.md's `evaluation` example is conf/eval.yaml's section, which the README's
+    `evaluate` command layers over conf/local.yaml (tests/test_readme.py runs it on the demo's
+    judged set); it loads as a config."""
+    section = CONFIG_DOC.read_text().split("### `evaluation`", 1)[1].split("\n## ", 1)[0]
+    (documented,) = re.findall(r"^```yaml\n(.*?)^```$", section, re.M | re.S)
+    shipped = yaml.safe_load((REPO / "conf" / "eval.yaml").read_text())
+    assert yaml.safe_load(documented) == shipped
+    config = load_config([REPO / "conf" / "local.yaml", REPO / "conf" / "eval.yaml"])
+    assert config.evaluation is not None and sorted(config.evaluation.runs) == ["dedup", "original"]
+    assert "logmetrics evaluate --config conf/local.yaml --config conf/eval.yaml" in README

@@ -7,9 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import io
 import logging
+import os
 import re
+import shlex
 import shutil
+import subprocess
+import sys
+from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +283,7 @@ def test_every_row_is_accounted_for_and_quarantined_with_a_reason(
 
 
 DOCS_TABLES = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
+CONSTRAINTS = Path(__file__).resolve().parents[1] / "constraints.txt"
 
 
 def _reader_snippets() -> list[str]:
@@ -287,19 +294,40 @@ def _reader_snippets() -> list[str]:
     return re.findall(r"^```python\n(.*?)^```$", section.group(1), re.M | re.S)
 
 
+def _run_alone(snippet: str) -> tuple[dict[str, Any], str]:
+    """A snippet run on its own, in this process, from the working directory: the names it
+    binds and what it prints."""
+    names: dict[str, Any] = {}
+    printed = io.StringIO()
+    with redirect_stdout(printed):
+        exec(compile(snippet, str(DOCS_TABLES), "exec"), names)
+    return names, printed.getvalue()
+
+
+@pytest.fixture
+def beside_the_warehouse(warehouse: Path, tmp_path: Path) -> Path:
+    """A directory holding this module's warehouse as ./warehouse, as the snippets read it."""
+    (tmp_path / "warehouse").symlink_to(warehouse)
+    return tmp_path
+
+
 def test_the_docs_read_the_tables_without_spark(
-    spark: SparkSession, warehouse: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession,
+    warehouse: Path,
+    beside_the_warehouse: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """docs/tables.md's deltalake, pandas and DuckDB snippets, run as written over this module's
-    warehouse (as ./warehouse), give what Spark reads: pandas' 0-based histogram[0] is DuckDB's
-    1-based histogram[1], a slice of it gives the share at or below 3, and `check` is quoted."""
+    """docs/tables.md's deltalake, pandas and DuckDB snippets, each run on its own as written
+    over this module's warehouse (as ./warehouse), give and print what Spark reads: pandas'
+    0-based histogram[0] is DuckDB's 1-based histogram[1], a slice of it gives the share at or
+    below 3, and `check` is quoted. Fails on a snippet that leans on another's names or prints
+    nothing."""
     snippets = _reader_snippets()
     assert len(snippets) == 3
-    (tmp_path / "warehouse").symlink_to(warehouse)
-    monkeypatch.chdir(tmp_path)
-    names: dict[str, Any] = {}
-    for snippet in snippets:
-        exec(compile(snippet, str(DOCS_TABLES), "exec"), names)
+    monkeypatch.chdir(beside_the_warehouse)
+    (pandas, pandas_printed), (duck, duck_printed), (checks, checks_printed) = map(
+        _run_alone, snippets
+    )
 
     daily = (
         _table(spark, warehouse, "unique_clusters_daily")
@@ -308,21 +336,32 @@ def test_the_docs_read_the_tables_without_spark(
         .collect()
     )
     assert len(daily) == DAYS
-    frame = names["daily"]
+    frame = pandas["daily"]
     assert frame["metric_date"].tolist() == [r.metric_date for r in daily]
     assert [list(h) for h in frame["histogram"]] == [r.histogram for r in daily]
     assert frame["zero_clusters"].tolist() == [r.histogram[0] for r in daily]
     assert frame["mean"].tolist() == [r.mean for r in daily]
     total = [sum(column) for column in zip(*(r.histogram for r in daily), strict=True)]
-    assert names["total"].tolist() == total
-    assert names["share_at_or_below"][-1] == pytest.approx(1.0)
+    assert pandas["total"].tolist() == total
+    assert pandas["share_at_or_below"][-1] == pytest.approx(1.0)
+    printed = pandas_printed.splitlines()
+    assert len(printed) == 1 + DAYS + 1 and all(
+        str(r.metric_date) in printed[1 + i] for i, r in enumerate(daily)
+    )
+    assert (
+        printed[-1].startswith("share at or below 0, 1, 2, ... clusters: [")
+        and "1.0]" in printed[-1]
+    )
 
     def share_at_or_below(histogram: list[int], threshold: int) -> float:
         return sum(histogram[: threshold + 1]) / sum(histogram)
 
-    assert names["by_day"] == [
+    assert duck["by_day"] == [
         (r.metric_date, r.histogram[0], pytest.approx(share_at_or_below(r.histogram, 3)))
         for r in daily
+    ]
+    assert duck_printed.splitlines() == [
+        f"{r.metric_date} {r.histogram[0]} {share_at_or_below(r.histogram, 3):.3f}" for r in daily
     ]
     # The data tells a 1-based slice from a 0-based one: [1:4] is not the 1..4 clusters' counts.
     assert any(sum(r.histogram[:4]) != sum(r.histogram[1:5]) for r in daily)
@@ -335,7 +374,60 @@ def test_the_docs_read_the_tables_without_spark(
         .collect()
     )
     assert len(quality) >= DAYS * 4
-    assert names["blocking"] == [tuple(r) for r in quality]
+    assert checks["blocking"] == [tuple(r) for r in quality]
+    assert len(checks_printed.splitlines()) == len(quality)
+    assert checks_printed.splitlines()[0].startswith(
+        f"{quality[0].metric_date} {quality[0].check} "
+    )
+
+
+@pytest.mark.snippets
+def test_each_docs_snippet_runs_in_a_venv_of_its_own_pip_line(
+    beside_the_warehouse: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Each snippet of "Read it without Spark" in a fresh venv holding only what its first line
+    (`# pip install ...`) installs, pinned by constraints.txt, run as a script from the
+    warehouse's directory: it exits 0 and prints what it prints in this process (whose values
+    test_the_docs_read_the_tables_without_spark checks). Fails on a pip line that misses a
+    package (`pip install deltalake duckdb pandas`: deltalake's readers need pyarrow) or a
+    snippet that needs another's names. Slow (pip into fresh venvs): make test-compat."""
+    monkeypatch.chdir(beside_the_warehouse)
+    venvs: dict[tuple[str, ...], Path] = {}
+    for snippet in _reader_snippets():
+        first = snippet.splitlines()[0]
+        assert first.startswith("# pip install "), first
+        packages = tuple(shlex.split(first.removeprefix("# pip install ")))
+        if packages not in venvs:
+            venvs[packages] = _venv(tmp_path_factory.mktemp("snippet-venv"), packages)
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        done = subprocess.run(
+            [str(venvs[packages] / "bin" / "python"), "-I", "-c", snippet],
+            cwd=beside_the_warehouse,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        _, printed = _run_alone(snippet)
+        assert done.stdout == printed and printed.strip()
+    assert len(venvs) == 2
+
+
+def _venv(where: Path, packages: tuple[str, ...]) -> Path:
+    """A fresh venv at `where` holding `packages` (and what they need), pinned by
+    constraints.txt."""
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=300)
+    subprocess.run(
+        [str(where / "bin" / "python"), "-m", "pip", "install", "--quiet",
+         "--disable-pip-version-check", "-c", str(CONSTRAINTS), *packages],
+        check=True,
+        timeout=900,
+    )  # fmt: skip
+    return where
 
 
 def test_rerunning_a_range_or_a_day_changes_nothing_and_touches_no_other_day(
@@ -414,6 +506,7 @@ def test_a_hash_collision_is_caught_and_the_day_computed_again_under_another_sal
         assert _rows(_table(spark, other, name), keys) == expected
 
 
+@pytest.mark.plans
 @pytest.mark.parametrize("path", ["cut down", "shuffle join"])
 def test_a_cluster_table_too_large_to_broadcast_publishes_the_same_tables(
     spark: SparkSession,
@@ -463,6 +556,7 @@ def _assert_same_tables(
         assert rows(other) == rows(warehouse), table.name
 
 
+@pytest.mark.plans
 def test_kept_cluster_keys_publish_the_tables_of_keys_built_every_run(
     spark: SparkSession,
     dataset: Path,

@@ -492,7 +492,7 @@ def test_evaluate_end_to_end(
     assert main(["evaluate", "--config", str(config)]) == 0
     out = capsys.readouterr().out
     assert "dedup vs original (paired randomisation test, two-sided):" in out
-    assert "1 judged queries have no relevant judgment: left out of the averages" in out
+    assert "1 query judged without a relevant judgment: left out of the averages" in out
     assert "2 queries with a relevant judgment evaluated" in out
     lines = {line.split()[0]: line.split() for line in out.splitlines() if "@" in line}
     # unique_clusters@10: original 5 (seed query) and 2 (q2) -> 3.5; dedup 7 and 2 -> 4.5

@@ -3,8 +3,8 @@
 - Every public function, class and constant of src/logmetrics is used by production code
   (src/, jobs/, benchmarks/, deploy/): what only tests need lives in tests/.
 - Imports run one way: face (cli, demo) -> flows (and the report) -> rules / quality / tables
-  -> the ground floor (config, schemas, session, errors, phases, redaction). Nothing upward, and
-  the rules are pure: no flows, tables, session or CLI, and no reads or writes.
+  -> the ground floor (config, schemas, session, errors, interrupt, phases, redaction). Nothing
+  upward, and the rules are pure: no flows, tables, session or CLI, and no reads or writes.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ GROUND = {
     "schemas",
     "session",
     "errors",
+    "interrupt",
     "phases",
     "redaction",
     "__init__",

@@ -6,6 +6,7 @@ on a small generated dataset."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import shutil
 from pathlib import Path
 
@@ -185,20 +186,26 @@ def test_views_on_a_path_warehouse_are_not_claimed_and_their_sql_runs(
     config = str(_config(data, tmp_path))
     assert main(["run", "--config", config, "--date", str(START)]) == 0
     capsys.readouterr()
-    sql = tmp_path / "views.sql"
-    assert main(["views", "--config", config, "--sql-out", str(sql)]) == 0
+    assert main(["views", "--config", config]) == 0  # beside the warehouse's tables
+    sql = tmp_path / "wh" / "views.sql"
+    assert f"Their SQL is in {sql}" in capsys.readouterr().out
+    sql = tmp_path / "elsewhere.sql"
+    assert main(["views", "--config", config, "--out", str(sql)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(
-        "views NOT kept: `unique_clusters_latest_90_days`, `unique_clusters_weekly` ran against "
-        "the tables, but "
-    )
+    views = [
+        "data_quality_outcomes", "job_runs_last_status", "redundancy_cost_latest_90_days",
+        "unique_clusters_alert_culprits", "unique_clusters_k_sweep_latest_90_days",
+        "unique_clusters_latest_90_days", "unique_clusters_weekly",
+    ]  # fmt: skip
+    named = ", ".join(f"`{view}`" for view in views)
+    assert out.startswith(f"views NOT kept: {named} ran against the tables, but ")
     assert "this session's catalog is in memory (no metastore)" in out
     assert f"Their SQL is in {sql}" in out
     assert "view: " not in out
-    for view in ("unique_clusters_latest_90_days", "unique_clusters_weekly"):
+    for view in views:
         spark.sql(f"DROP VIEW IF EXISTS {view}")
     statements = [s for s in sql.read_text().split(";\n") if s.strip()]
-    assert len(statements) == 2
+    assert len(statements) == len(views)
     for statement in statements:
         spark.sql(statement)
     assert spark.table("unique_clusters_weekly").count() > 0
@@ -228,3 +235,50 @@ def test_the_config_is_found_without_config(
     monkeypatch.setenv("LOGMETRICS_CONFIG", str(tmp_path / "logmetrics.yaml"))
     assert main(["ready", "--date", str(START)]) == 0
     capsys.readouterr()
+
+
+def _damage_the_chunk_ids(path: Path) -> None:
+    """Overwrite the data pages of the file's `results.chunk_id` column with noise: its footer
+    (so its day, from served_at's statistics) and its other columns stay readable; a read of
+    the results fails inside a Spark task, as a file damaged on storage does."""
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    (column,) = [
+        group.column(i)
+        for i in range(group.num_columns)
+        if group.column(i).path_in_schema == "results.list.element.chunk_id"
+    ]
+    start = column.data_page_offset
+    data = bytearray(path.read_bytes())
+    end = (column.dictionary_page_offset or start) + column.total_compressed_size
+    data[start + 16 : end] = bytes([0x55]) * (end - start - 16)
+    path.write_bytes(bytes(data))
+
+
+def test_a_spark_task_that_fails_is_one_line_with_its_root_cause_and_the_trace_in_the_log(
+    spark: SparkSession, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A log file whose pages are damaged (its footer intact) fails the main pass's task: the
+    terminal gets one line, `Spark failed:`, the error's first line with its root cause and
+    the run's log file, which holds the whole trace; the days' `failed` ledger rows hold the
+    same line. Fails if a second line reports the failed days, if the root cause or the log
+    file is not named, or if the trace is not in the log."""
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy)
+    damaged = next(
+        (copy / "served_logs" / f"date={START + dt.timedelta(days=1)}").glob("*.parquet")
+    )
+    _damage_the_chunk_ids(damaged)
+    config = str(_config(copy, tmp_path))
+    end = START + dt.timedelta(days=DAYS - 1)
+    assert main(["backfill", "--config", config, "--start", str(START), "--end", str(end)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    prefix = "logmetrics: error: Spark failed: "
+    assert line.startswith(prefix), line
+    error = line.removeprefix(prefix)
+    assert str(damaged) in error and "(root cause: " in error, error
+    where = re.search(r"; full trace in (\S+)$", error)
+    assert where is not None, error
+    trace = Path(where.group(1)).read_text()
+    assert "Traceback (most recent call last)" in trace and "Py4JJavaError" in trace
+    failed = [(d, e) for d, status, e, _ in _ledger(spark, tmp_path) if status == "failed"]
+    assert failed == [(START + dt.timedelta(days=i), error) for i in range(DAYS)]

@@ -1,28 +1,46 @@
-"""The README as a stranger uses it: `logmetrics demo` in a directory holding only the shipped
-config, its output read as a person reads it, then every command of the README's Commands
-block, as written, against that demo's data and warehouse. The suite's Spark settings are
-layered over the shipped config through $LOGMETRICS_CONFIG, which the commands read as they do
-without --config. The demo and the commands run through the CLI's own entry point in the
-suite's session, from the demo's directory: a JVM of their own would be most of their time
-(the demo as a process took 251 s under the suite's load, 65 s alone), and what a process adds
-to the terminal, the JVM's own output kept out of it, is tests/test_cli_process.py's."""
+"""The README as a stranger uses it: `logmetrics demo` in a clone (a git repository holding only
+the shipped config and .gitignore), its output read as a person reads it, then every
+`logmetrics` command of the README, as written, against that demo's data and warehouse, and
+the clone's `git status` clean after them. The suite's Spark settings are layered over the
+shipped config through $LOGMETRICS_CONFIG, which the commands read as they do without
+--config. The demo and the commands run through the CLI's own entry point in the suite's
+session, from the clone: a JVM of their own would be most of their time (the demo as a
+process took 251 s under the suite's load, 65 s alone), and what a process adds to the
+terminal, the JVM's own output kept out of it, is tests/test_cli_process.py's. The session's
+local file system resolves relative paths from the clone while the commands run, as a
+process started there would (`_relative_to`).
+
+The dashboard the README points to (deploy/databricks/dashboards/logmetrics.lvdash.json) is
+tested here too, on the demo's warehouse: every dataset's SQL runs on it through Spark SQL,
+the catalog and schema the bundle names replaced by a schema holding the demo's tables and the
+views `logmetrics views` creates, and every widget reads a dataset it defines and columns that
+dataset returns."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import io
 import os
 import re
 import shlex
 import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
 from pyspark.sql import SparkSession
 
+import lvdash
 from logmetrics.cli import main
+from logmetrics.config import OutputConfig
+from logmetrics.tables.catalog import OUTPUT_TABLES, table_location
+from logmetrics.tables.views import create_views
 from suite_session import TEST_CONF
 
 pytestmark = pytest.mark.slow
@@ -41,22 +59,58 @@ class Demo(NamedTuple):
 
 
 def _commands() -> list[tuple[list[str], int]]:
-    """The Commands block's lines as the shell splits them (comments dropped), each with the
-    exit status its comment names (`exit N:`), else 0."""
-    block = README.split("## Commands\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    """Every `logmetrics` command of the README's bash blocks, in order, as the shell splits it
+    (comments dropped, a line ending in `\\` joined to the next), each with the exit status
+    its comment names (`exit N:`), else 0."""
     commands = []
-    for line in block.splitlines():
-        status = re.search(r"#.*\bexit (\d):", line)
-        commands.append((shlex.split(line, comments=True), int(status.group(1)) if status else 0))
+    for block in re.findall(r"^```bash\n(.*?)^```$", README, re.M | re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if not line.startswith("logmetrics "):
+                continue
+            status = re.search(r"#.*\bexit (\d):", line)
+            argv = shlex.split(line, comments=True)
+            commands.append((argv, int(status.group(1)) if status else 0))
     return commands
+
+
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
+def _clone(root: Path) -> None:
+    """`root` as a fresh clone holds it before `make demo`: the shipped config and the
+    .gitignore, committed."""
+    shutil.copytree(REPO / "conf", root / "conf")
+    shutil.copy(REPO / ".gitignore", root / ".gitignore")
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "-c", "user.name=readme", "-c", "user.email=readme@test", "commit", "-qm", "clone")
+
+
+@contextlib.contextmanager
+def _relative_to(spark: SparkSession, root: Path) -> Iterator[None]:
+    """The suite's JVM resolves relative paths from `root`, as the JVM of a `logmetrics`
+    process started there does: its local file system's working directory, for the block (the
+    JVM's own working directory is the suite's, fixed when it started)."""
+    jvm = spark._jvm
+    local = jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark._jsc.hadoopConfiguration())
+    before = local.getWorkingDirectory()
+    local.setWorkingDirectory(jvm.org.apache.hadoop.fs.Path(root.as_uri()))
+    try:
+        yield
+    finally:
+        local.setWorkingDirectory(before)
 
 
 @pytest.fixture(scope="module")
 def demo(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Demo:
     root = tmp_path_factory.mktemp("stranger")
-    (root / "conf").mkdir()
-    shutil.copy(REPO / "conf" / "local.yaml", root / "conf" / "local.yaml")
-    suite = root / "suite.yaml"  # the suite's Spark settings: plain Spark, few partitions
+    _clone(root)
+    # the suite's Spark settings (plain Spark, few partitions), outside the clone
+    suite = tmp_path_factory.mktemp("suite") / "suite.yaml"
     settings = {
         "master": "local[2]",
         "driver_memory": "2g",
@@ -104,16 +158,161 @@ def test_the_demo_says_each_thing_once(demo: Demo) -> None:
 
 
 def test_the_readme_commands_run_as_written(
-    demo: Demo, spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+    demo: Demo,
+    spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Each command of the block, in its order, exits as its comment says (0 unless `exit N:`):
-    the commands the README shows work on the demo's warehouse as they are written there."""
+    """Each `logmetrics` command of the README, in its order, exits as its comment says (0
+    unless `exit N:`): the Commands block, the layered config's backfill and `evaluate` on
+    the demo's judged set, which says where its scores are. Then the clone's `git status` is
+    clean: nothing was written where the user did not ask (views.sql beside the warehouse,
+    every output in a directory .gitignore names). Fails on a command that cannot run as
+    written (`evaluate --config eval.yaml`, a config file the clone lacks) or a file left in
+    the working tree."""
     commands = _commands()
-    assert len(commands) >= 8 and all(argv[0] == "logmetrics" for argv, _ in commands)
-    assert [status for _, status in commands].count(4) == 1  # the --fail-on-alert line
+    assert [argv[1] for argv, _ in commands][-2:] == ["backfill", "evaluate"]
+    assert len(commands) >= 10 and [status for _, status in commands].count(4) == 1
     monkeypatch.chdir(demo.root)
     monkeypatch.setenv("LOGMETRICS_CONFIG", demo.env["LOGMETRICS_CONFIG"])
-    for argv, status in commands:
-        assert main(argv[1:]) == status, argv
+    capsys.readouterr()
+    with _relative_to(spark, demo.root):
+        for argv, status in commands:
+            assert main(argv[1:]) == status, (argv, capsys.readouterr().err[-2000:])
+    said = capsys.readouterr().out
     assert (demo.root / "reports" / "october" / "index.html").is_file()
-    assert (demo.root / "views.sql").is_file()
+    assert (demo.root / "warehouse" / "views.sql").is_file()
+    assert "scores of original, dedup per query and averaged: warehouse/evaluation_results" in said
+    scores = spark.read.format("delta").load(str(demo.root / "warehouse" / "evaluation_results"))
+    mean = {
+        (r.run, r.metric): r.value for r in scores.where("query_id = 'ALL' AND k = 10").collect()
+    }
+    # As the README says of the judged set: recall@10 hardly moves, the cluster metrics rise.
+    assert abs(mean[("dedup", "recall")] - mean[("original", "recall")]) < 0.01
+    for metric in ("cluster_recall", "unique_clusters"):
+        assert mean[("dedup", metric)] > mean[("original", metric)] + 0.1, metric
+    assert _git(demo.root, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+# --- the dashboard, on the demo's warehouse ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dashboard_schema(demo: Demo, spark: SparkSession) -> Iterator[str]:
+    """The schema the bundle names (dataset_catalog, dataset_schema) played by one of the
+    session's catalog, made current: the demo's tables registered in it under their names, at
+    their paths, and the views `logmetrics views` creates for a catalog schema."""
+    name = f"dashboard_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE DATABASE {name} LOCATION '{demo.root / 'dashboard_db'}'")
+    for table in OUTPUT_TABLES:
+        location = table_location(str(demo.root / "warehouse"), table)
+        if (Path(location) / "_delta_log").is_dir():  # evaluation and calibration: not written
+            spark.sql(f"CREATE TABLE {name}.{table.name} USING DELTA LOCATION '{location}'")
+    created, left_out = create_views(spark, OutputConfig(schema=name))
+    assert len(created) == 7 and left_out == []
+    current = spark.catalog.currentDatabase()
+    spark.catalog.setCurrentDatabase(name)
+    yield name
+    spark.catalog.setCurrentDatabase(current)
+    spark.sql(f"DROP DATABASE {name} CASCADE")  # external tables: the demo's files stay
+
+
+@pytest.fixture(scope="module")
+def dashboard_rows(spark: SparkSession, dashboard_schema: str) -> dict[str, Any]:
+    """Each dataset's rows, as Spark SQL returns them for its SQL as the dashboard holds it."""
+    return {name: spark.sql(sql).toPandas() for name, sql in lvdash.datasets(lvdash.load()).items()}
+
+
+def test_every_dashboard_dataset_returns_rows_on_the_demo_warehouse(
+    dashboard_rows: dict[str, Any],
+) -> None:
+    assert sorted(dashboard_rows) == [
+        "alert_culprits", "cost", "k_sweep", "ledger", "quality", "trend_band", "trend_share",
+    ]  # fmt: skip
+    empty = [name for name, rows in dashboard_rows.items() if rows.empty]
+    assert empty == []
+
+
+def test_every_widget_reads_a_dataset_it_defines_and_columns_that_dataset_returns(
+    spark: SparkSession, dashboard_rows: dict[str, Any]
+) -> None:
+    """The check by name (lvdash.problems), and each widget query run by Spark as a warehouse
+    would run it: the widget's fields over its dataset's rows, grouped when it aggregates."""
+    dashboard = lvdash.load()
+    columns = {name: list(rows.columns) for name, rows in dashboard_rows.items()}
+    assert lvdash.problems(dashboard, columns) == []
+    sql = lvdash.datasets(dashboard)
+    queries = [q["query"] for _, w in lvdash.widgets(dashboard) for q in w["queries"]]
+    assert len(queries) == 16
+    for query in queries:
+        assert spark.sql(lvdash.widget_sql(query, sql[query["datasetName"]])).take(1), query
+
+
+def test_a_widget_reading_a_missing_column_or_dataset_fails_the_check(
+    spark: SparkSession, dashboard_rows: dict[str, Any]
+) -> None:
+    """The band chart's median renamed `median_p50` in its field and its encoding: the check
+    names it, and Spark cannot run the widget's query; a widget of a dataset that is not
+    defined, and an encoding of a field its query lacks, are named too."""
+    from pyspark.errors import AnalysisException
+
+    columns = {name: list(rows.columns) for name, rows in dashboard_rows.items()}
+    dashboard = copy.deepcopy(lvdash.load())
+    band = _widget(dashboard, "trend_band_chart")
+    (median,) = [f for f in band["queries"][0]["query"]["fields"] if f["name"] == "median"]
+    median["expression"] = "`median_p50`"
+    assert lvdash.problems(dashboard, columns) == [
+        "trend/trend_band_chart: field median reads median_p50, not a column of trend_band "
+        "(metric_date, k, segment_label, queries, p10, median, p90)"
+    ]
+    sql = lvdash.datasets(dashboard)["trend_band"]
+    with pytest.raises(AnalysisException, match="median_p50"):
+        spark.sql(lvdash.widget_sql(band["queries"][0]["query"], sql)).collect()
+
+    dashboard = copy.deepcopy(lvdash.load())
+    _widget(dashboard, "cost_chart")["queries"][0]["query"]["datasetName"] = "costs"
+    _widget(dashboard, "trend_share_chart")["spec"]["encodings"]["color"]["fieldName"] = "kk"
+    assert lvdash.problems(dashboard, columns) == [
+        "trend/trend_share_chart: encodes kk, which its query does not define",
+        "cost/cost_chart: dataset costs is not defined",
+    ]
+
+
+def _widget(dashboard: dict[str, Any], name: str) -> dict[str, Any]:
+    (widget,) = [w for _, w in lvdash.widgets(dashboard) if w["name"] == name]
+    return widget
+
+
+def test_the_dashboard_shows_the_readme_s_alert_with_its_culprits(
+    dashboard_rows: dict[str, Any],
+) -> None:
+    """The Alerts page's rows for the README's featured alert (surface=app, k=10, the mean)
+    are the culprit lines the README shows: the same keys, in order, with the same slots."""
+    example = README.split("The demo\nprints, among others:\n\n```\n", 1)[1].split("```", 1)[0]
+    printed = re.findall(r"#(\d) (cluster \S+): (\d+) redundant slots", example)
+    rows = dashboard_rows["alert_culprits"]
+    alert = rows[
+        (rows["segment_label"] == "surface=app") & (rows["k"] == 10) & (rows["statistic"] == "mean")
+    ].sort_values("rank")
+    shown = [(str(r.rank), r.culprit, str(r.redundant_slots)) for r in alert.itertuples()]
+    assert shown == printed and len(printed) == 5
+    assert set(alert["delta"].round(3)) == {-0.501}
+
+
+def test_the_dashboard_shows_the_demo_s_data_quality_as_the_run_said_it(
+    dashboard_rows: dict[str, Any],
+) -> None:
+    """The demo's closing warning, `unique_cluster_chunk_ids failed on 30 of 30 days`: the
+    Data quality page's only non-passing outcomes are that check's 30 warnings and the first
+    day's volume, which has no day before it to judge by; the ledger's last word on each of
+    the 30 days: published."""
+    quality = dashboard_rows["quality"]
+    failing = quality[quality["outcome"] != "passed"]
+    assert sorted(set(zip(failing["check"], failing["outcome"], strict=True))) == [
+        ("unique_cluster_chunk_ids", "warned"),
+        ("volume", "not judged"),
+    ]
+    assert (failing["check"] == "unique_cluster_chunk_ids").sum() == 30
+    assert len(quality) == 30 * 10
+    ledger = dashboard_rows["ledger"]
+    assert len(ledger) == 30 and set(ledger["status"]) == {"published"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from pyspark.sql import functions as F
 from logmetrics.config import Config, SparkConfig, default_k
 from logmetrics.console import say
 from logmetrics.errors import ConfigError
-from logmetrics.synthetic import PlantedChange, PlantedFlood
+from logmetrics.synthetic import PlantedChange, PlantedFlood, write_judged_set
 
 if TYPE_CHECKING:
     from logmetrics.flows.backfill import RunSummary
@@ -30,6 +31,7 @@ DEMO_LIST_LENGTH = 20  # top-20 lists: the k-sweep shows the marginal rate past 
 DEMO_WEEKLY_AMPLITUDE = 0.04  # the repeat probability's weekly season (synthetic.weekly_shift)
 # The regression: on one day three articles, each copied into several sources (a Zendesk
 # article, its Confluence paste, its PDF export, ...), flood the app surface's lists.
+DEMO_JUDGED_SURFACE = "app"  # the judged set's queries: the flooded surface's (write_judged_set)
 DEMO_FLOODS = (  # (cluster_id, share of app's queries, copies)
     ("kb-reset-password", 0.30, 5),
     ("kb-sso-setup-guide", 0.20, 4),
@@ -96,10 +98,11 @@ def generate_dataset(
 
 def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> RunSummary:
     """Generate `days` of traffic (once): top-20 lists, a weekly season and one planted
-    regression day in one segment; backfill it into the warehouse (which judges every day,
-    names what crowds each day's lists and says each alert with its culprits), print what was
-    planted and the last week of the daily table, and write the report of the range under
-    reports/demo. The run's summary, for the CLI's closing lines."""
+    regression day in one segment, and a judged set from that day's lists for `evaluate`
+    (`synthetic.write_judged_set`, under <data>/eval); backfill it into the warehouse (which
+    judges every day, names what crowds each day's lists and says each alert with its
+    culprits), print what was planted and the last week of the daily table, and write the
+    report of the range under reports/demo. The run's summary, for the CLI's closing lines."""
     from logmetrics.flows.backfill import run_range
     from logmetrics.session import get_spark
 
@@ -123,6 +126,8 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> Ru
         "floods": [[str(p.date), p.cluster_id, p.share, p.members, p.value] for p in planted],
     }
     marker = out / "_demo.json"
+    end = DEMO_START + dt.timedelta(days=days - 1)
+    judged = out / "eval"
     if not marker.exists() or json.loads(marker.read_text()) != params:
         generate_dataset(
             out,
@@ -136,7 +141,10 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> Ru
             floods=planted,
         )
         marker.write_text(json.dumps(params))
-    end = DEMO_START + dt.timedelta(days=days - 1)
+        shutil.rmtree(judged, ignore_errors=True)
+    if not judged.is_dir():  # the regression's day, whose app lists are crowded
+        write_judged_set(out, planted[0].date if planted else end, DEMO_JUDGED_SURFACE)
+    say(log, f"judged set for `logmetrics evaluate` (conf/eval.yaml): {judged}")
     for flood in planted[:1]:
         clusters = ", ".join(f"{f.cluster_id} ({f.members} copies)" for f in planted)
         say(log, f"planted on {flood.date} in {flood.segment}={flood.value}'s lists: {clusters}")

@@ -51,29 +51,32 @@ class EvaluationSummary:
 
     def notes(self) -> list[str]:
         """One line per query or entry that did not enter the averages as it came."""
-        lines = [f"{self.evaluated_queries} queries with a relevant judgment evaluated"]
+        lines = [f"{_queries(self.evaluated_queries)} with a relevant judgment evaluated"]
         if self.judged_without_relevant:
             lines.append(
-                f"{self.judged_without_relevant} judged queries have no relevant judgment: "
-                "left out of the averages"
+                f"{_queries(self.judged_without_relevant)} judged without a relevant "
+                "judgment: left out of the averages"
             )
         for run in self.runs:
             if self.left_out.get(run):
                 lines.append(
-                    f"run {run}: {self.left_out[run]} queries without a relevant judgment "
+                    f"run {run}: {_queries(self.left_out[run])} without a relevant judgment "
                     "left out of the averages"
                 )
             if self.unanswered.get(run):
                 lines.append(
-                    f"run {run}: no list for {self.unanswered[run]} evaluated queries "
+                    f"run {run}: no list for {_queries(self.unanswered[run])} evaluated "
                     "(they score 0)"
                 )
             if self.set_aside_entries.get(run):
-                lines.append(
-                    f"run {run}: {self.set_aside_entries[run]} entries without a query_id, "
-                    "chunk_id or rank set aside"
-                )
+                count = self.set_aside_entries[run]
+                entries = "1 entry" if count == 1 else f"{count} entries"
+                lines.append(f"run {run}: {entries} without a query_id, chunk_id or rank set aside")
         return lines
+
+
+def _queries(count: int) -> str:
+    return "1 query" if count == 1 else f"{count} queries"
 
 
 def require_evaluation(config: Config) -> EvaluationConfig:

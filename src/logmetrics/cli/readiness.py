@@ -1,0 +1,150 @@
+"""`logmetrics ready`, and the not-ready answers `run` and `backfill` share: which days' logs
+have not all landed (a missing ready marker; without one, no file holding a row of the day),
+told from the file system and the Parquet footers before Spark starts where they can say."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from logmetrics.cli.arguments import config_arguments, date
+from logmetrics.cli.common import command_config, spark_for, yesterday
+from logmetrics.config import Config
+from logmetrics.errors import InputNotReady
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from logmetrics.flows.inputs import DayFiles
+    from logmetrics.tables.file_scan import CorruptInput
+
+log = logging.getLogger("logmetrics")
+
+
+def add_ready(commands: argparse._SubParsersAction) -> None:
+    ready = commands.add_parser(
+        "ready", help="whether a day's logs have all landed (exit 0, or 5 when not)"
+    )
+    config_arguments(ready)
+    ready.add_argument("--date", type=date, help="UTC date to ask about (default: yesterday)")
+    ready.set_defaults(handler=ready_command)
+
+
+def ready_command(args: argparse.Namespace) -> int:
+    day = args.date or yesterday()
+    config = command_config(args)
+    from logmetrics.tables.sources import check_inputs_exist
+
+    check_inputs_exist(config.inputs)
+    missing = missing_markers(config, [day])
+    if missing:
+        raise InputNotReady(not_ready_line(missing, "its logs have not all landed"))
+    if config.inputs.logs().ready_marker is not None:
+        print(f"{day}: ready")
+        return 0
+    from logmetrics.flows.inputs import NO_LOG_FILES
+
+    files, unreadable = _day_files(config, day)
+    if files.files == 0 and not unreadable and not config.inputs.logs().allow_empty_days:
+        raise InputNotReady(
+            not_ready_line(
+                {day: NO_LOG_FILES}, "no ready marker is configured, so its files were judged"
+            )
+        )
+    rows = "" if not files.rows else f", {files.rows:,} rows in them by their footers"
+    set_aside = (
+        f"; {len(unreadable)} file(s) that may hold rows of it cannot be read and go to the "
+        f"quarantine (inputs.served_logs.on_corrupt): {unreadable[0].describe()}"
+        if unreadable
+        else ""
+    )
+    print(
+        f"{day}: ready (no ready marker configured: judged by its files, {files.files} file(s) "
+        f"hold rows of it{rows}{set_aside})"
+    )
+    return 0
+
+
+def _day_files(config: Config, day: dt.date) -> tuple[DayFiles, list[CorruptInput]]:
+    """The log files holding rows of `day`, and those that may but cannot be read: from the
+    Parquet footers without Spark where they can say, else by a narrow pass of a Spark
+    session. A file whose footer cannot place it is first judged by the damaged-file scan,
+    which reads footers too: an unreadable one stops here under `on_corrupt: fail` (`run`
+    would stop on it: waiting does not mend it), and is left out under `quarantine`."""
+    from logmetrics.flows.backfill import scan_ahead, stop_on_corrupt
+    from logmetrics.flows.inputs import day_files, footer_day_files
+    from logmetrics.tables.file_scan import scan_needs_spark
+
+    source = config.inputs.logs()
+    found = footer_day_files(source, day)
+    if found is not None:
+        return found, []
+    unreadable = [] if scan_needs_spark(source) else scan_ahead(None, config, [day])
+    unreadable = [c for c in unreadable if c.days([day])]
+    stop_on_corrupt(config, unreadable, "a run stops on it: replace or remove it")
+    skipped = [c.file for c in unreadable]
+    found = footer_day_files(source, day, skip_files=skipped) if unreadable else None
+    if found is None:
+        found = day_files(spark_for(config), config, day, skip_files=skipped)
+    return found, unreadable
+
+
+def missing_markers(
+    config: Config, days: list[dt.date], spark: SparkSession | None = None
+) -> dict[dt.date, str]:
+    """The days whose ready marker is missing, each with why; a remote path starts (or uses)
+    Spark to look."""
+    from logmetrics.tables.sources import missing_ready_markers, needs_spark_for_readiness
+
+    source = config.inputs.logs()
+    if spark is None and needs_spark_for_readiness(source):
+        spark = spark_for(config)
+    return {d: f"no {path}" for d, path in missing_ready_markers(source, days, spark).items()}
+
+
+def without_files_by_footers(config: Config, days: Sequence[dt.date]) -> dict[dt.date, str]:
+    """The days of `days` no log file holds a row of, when that makes them not ready (no ready
+    marker configured, empty days not allowed), as local Parquet footers say it without Spark;
+    a day they cannot judge (other formats, a remote path, a file they cannot place) is left to
+    the run's narrow pass."""
+    source = config.inputs.logs()
+    if source.ready_marker is not None or source.allow_empty_days:
+        return {}
+    from logmetrics.flows.inputs import NO_LOG_FILES, footer_day_files
+
+    found = {day: footer_day_files(source, day) for day in days}
+    return {d: NO_LOG_FILES for d, files in found.items() if files is not None and not files.files}
+
+
+def not_ready_line(missing: dict[dt.date, str], what_happened: str) -> str:
+    """`input not ready: <the days>: <why>; <what happened>`, the days counted once: one
+    reason for all of them (no log files), or the first day's marker and the others'."""
+    from logmetrics.console import days_text
+
+    days = sorted(missing)
+    reasons = {missing[d] for d in days}
+    why = missing[days[0]]
+    if len(days) > 1:
+        why = (
+            why.replace("a row of it", "a row of any of them")
+            if len(reasons) == 1
+            else f"{why}, nor the other days' markers"
+        )
+    return f"input not ready: {days_text(days)}: {why}; {what_happened}"
+
+
+def stop_if_not_ready(
+    not_ready: Mapping[dt.date, str],
+    required: Collection[dt.date],
+    seen_only: Collection[dt.date],
+) -> None:
+    """A required day not ready: exit 5 before anything is computed. Days looked back on that
+    are not ready are only left alone (a day with a marker is computed once it has one)."""
+    stopping = {d: p for d, p in not_ready.items() if d in required}
+    if stopping:
+        raise InputNotReady(not_ready_line(stopping, "nothing was computed"))
+    for day in sorted(d for d in not_ready if d in seen_only):
+        log.warning("%s: %s, not looked back on", day, not_ready[day])
