@@ -31,6 +31,9 @@ from logmetrics.cli import main
 from logmetrics.config import load_config
 from logmetrics.synthetic import PlantedChange, PlantedFlood, generate
 
+# A backfill through the CLI (25 days, then a nightly): `make test`, not the inner loop.
+pytestmark = pytest.mark.slow
+
 START = dt.date(2026, 9, 7)  # a Monday
 DAYS = 25
 END = START + dt.timedelta(days=DAYS - 1)
