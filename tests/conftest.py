@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from logmetrics.config import SparkConfig
 from logmetrics.session import local_conf, resolve_lock
 from logmetrics.tables import storage
-from suite_session import ACCELERATOR, TEST_CONF
+from suite_session import ACCELERATOR, INTERPRETED, TEST_CONF
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -38,18 +38,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # modules' total time in a `make test` of 2026-12-02 (pytest --junitxml, setup included).
 LONGEST_FIRST = (
     "test_wheel.py",  # make test-compat: a Spark 4.0 venv
-    "test_hive_metastore.py",  # make test-compat: four JVMs one after another
+    "test_hive_metastore.py",  # make test-release: four JVMs one after another
     "test_readme.py",  # about 450 s: the demo (318 s under the suite's load), the README's commands
     "test_end_to_end.py",  # 440 s
     "test_living_inputs.py",  # 361 s
-    "test_nightly_commits.py",  # make test-compat (reliability): a nightly's kill points
-    "test_orchestration.py",  # about 200 s; its kills and races in make test-compat
+    "test_nightly_commits.py",  # make test-release (reliability): a nightly's kill points
+    "test_orchestration.py",  # about 200 s; its kills and races in make test-release
     "test_hostile.py",  # 126 s
     "test_stopping.py",  # about 150 s alone: three backfill processes, two backfills, a resume
     "test_alerts_end_to_end.py",  # 112 s
     "test_properties.py",  # 106 s
     "test_reliability.py",  # 98 s
-    "test_held_days.py",  # make test-compat (reliability): four backfills
+    "test_held_days.py",  # make test-release (reliability): four backfills
     "test_restatements.py",  # about 90 s: one backfill, three runs (2026-12-06, alone)
     "test_gate_policy.py",  # 88 s
     "test_evaluation.py",  # 83 s
@@ -106,6 +106,22 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         session = builder.getOrCreate()
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def compiled(spark: SparkSession) -> Iterator[None]:
+    """Generated code on in the suite's session for a module whose runs are large, then the
+    suite's setting back (`suite_session.INTERPRETED`: off, as compiling costs more than it
+    saves on a few hundred rows). tests/test_readme.py's demo and the README's commands after
+    it (600,000 served rows) took 0.78 of their interpreted time with it, alone on one worker
+    (179 / 228 s and 161 / 207 s, alternating, 2026-12-06). Not tests/test_alerts_end_to_end.py
+    (45,000 requests: a 24-day backfill, then a nightly): 1.07 and 1.05 of its time compiled."""
+    before = {key: spark.conf.get(key) for key in INTERPRETED}
+    for key in INTERPRETED:
+        spark.conf.unset(key)
+    yield
+    for key, value in before.items():
+        spark.conf.set(key, value)
 
 
 @pytest.fixture(scope="session", autouse=True)
