@@ -5,7 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: install demo test test-fast lint format lock clean test-deploy bench bench-fixed-cost \
-	cluster-up cluster-down cluster-status test-cluster wheel test-compat s3-server
+	cluster-up cluster-down cluster-status test-cluster wheel test-compat test-release \
+	compat-venv s3-server
 
 install: $(STAMP)
 
@@ -45,23 +46,26 @@ test: install s3-server
 		-m "not platform and not reliability and not objectstore and not snippets and not plans" \
 		--durations=30
 
-# Not part of `make test` (.ci/run runs it after). First, in .venv: the catalog tables on a real
-# Hive metastore (marked `platform`), a nightly killed after each of its commits and two runs of
-# one day at once, a backfill sent SIGTERM in its main pass, Ctrl-C in a commit and two signals in
-# a row, backfills killed at three points and resumed, three backfills at once, a broadcast too
-# large for a small driver (marked `reliability`: some thirty runs, minutes of the suite's budget), whole runs on a real S3
-# server (marked `objectstore`), then the tests that compare every published table with the
-# pure-Python reference (REFERENCE_TESTS) on Comet, the default engine, with among them
-# docs/tables.md's read-without-Spark snippets, each in a fresh venv of its own pip line (marked
-# `snippets`: pip into two venvs, a minute or two). Then the Spark 4.0 line
-# (pyspark 4.0.1 + delta-spark 4.0.1, what Databricks 17.3 LTS runs): .venv-compat holds the
-# wheel with its `local` extra pinned by constraints-spark40.txt and runs, on plain Spark (Comet
-# has no Spark 4.0 build) with generated code on (the engine's production path; the other passes
-# run interpreted: tests/suite_session.py), the reference tests again, the Delta pair check, the
-# write orders of an append beside a replace (Delta 4.0's history and userMetadata), and
-# tests/test_wheel.py: the wheel pip-installed into a venv holding only pyspark 4.0 leaves it as
-# it is, and backfills through spark-submit. So the reference tests run three times: plain
-# Spark 4.1 (`make test`), Comet 4.1 and plain compiled Spark 4.0 (here).
+# The Spark 4.0 line (pyspark 4.0.1 + delta-spark 4.0.1, what Databricks 17.3 LTS runs), not part
+# of `make test` (.ci/run runs it after): .venv-compat holds the wheel with its `local` extra
+# pinned by constraints-spark40.txt and runs, on plain Spark (Comet has no Spark 4.0 build) with
+# generated code on (the engine's production path; `make test` runs interpreted:
+# tests/suite_session.py), tests/test_wheel.py (the wheel pip-installed into a venv holding only
+# pyspark 4.0 leaves it as it is, and backfills through spark-submit), the session's settings, and
+# the write orders of an append beside a replace (Delta 4.0's history and userMetadata).
+#
+# `make test-release` (not in .ci/run: about an hour on 2 cores, past CI's time limit beside
+# `make test`; run it before a release and after changing how runs commit, stop or store): in
+# .venv the catalog tables on a real Hive metastore (marked `platform`), a nightly killed after
+# each of its commits and two runs of one day at once, a backfill sent SIGTERM in its main pass,
+# Ctrl-C in a commit and two signals in a row, backfills killed at three points and resumed, three
+# backfills at once, a broadcast too large for a small driver (marked `reliability`: some thirty
+# runs), whole runs on a real S3 server (marked `objectstore`), then the tests that compare every
+# published table with the pure-Python reference (REFERENCE_TESTS) on Comet, the default engine,
+# with among them docs/tables.md's read-without-Spark snippets, each in a fresh venv of its own
+# pip line (marked `snippets`), then the same reference tests on the Spark 4.0 line, compiled. So
+# the reference tests run three times: plain Spark 4.1 (`make test`), Comet 4.1 and plain
+# compiled Spark 4.0 (here).
 COMPAT_VENV  := .venv-compat
 COMPAT_STAMP := $(COMPAT_VENV)/.installed-stamp
 
@@ -76,19 +80,26 @@ $(COMPAT_STAMP): pyproject.toml constraints-spark40.txt
 		-c constraints-spark40.txt "$$(ls dist/logmetrics-*.whl)[local,dev]"
 	@touch $(COMPAT_STAMP)
 
-test-compat: wheel $(COMPAT_STAMP) s3-server
+compat-venv: wheel $(COMPAT_STAMP)
+	$(COMPAT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+		--force-reinstall dist/logmetrics-*.whl
+	$(COMPAT_VENV)/bin/python -m pip check
+
+COMPAT_TESTS := tests/test_wheel.py tests/test_session.py tests/flows/test_append_writes.py
+
+test-compat: compat-venv
+	LOGMETRICS_TEST_CODEGEN=on $(COMPAT_VENV)/bin/python -m pytest $(XDIST) -p no:cacheprovider \
+		--durations=15 --run-wheel $(COMPAT_TESTS)
+
+test-release: compat-venv s3-server
 	$(BIN)/python -m pytest $(XDIST) -m platform tests/test_hive_metastore.py
 	$(BIN)/python -m pytest -n 2 -m "reliability or objectstore" --durations=10 \
 		tests/flows/test_nightly_commits.py tests/test_stopping.py tests/test_object_storage_runs.py \
 		tests/test_orchestration.py tests/test_cli_process.py tests/flows/test_held_days.py
 	LOGMETRICS_TEST_ACCELERATOR=comet $(BIN)/python -m pytest $(XDIST) -m "not platform" \
 		--durations=15 $(REFERENCE_TESTS)
-	$(COMPAT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
-		--force-reinstall dist/logmetrics-*.whl
-	$(COMPAT_VENV)/bin/python -m pip check
 	LOGMETRICS_TEST_CODEGEN=on $(COMPAT_VENV)/bin/python -m pytest $(XDIST) -p no:cacheprovider \
-		-m "not snippets" --durations=15 --run-wheel tests/test_wheel.py tests/test_session.py tests/flows/test_append_writes.py \
-		$(REFERENCE_TESTS)
+		-m "not snippets" --durations=15 $(REFERENCE_TESTS)
 
 # Two workers, a JVM each: 4:21 and 4:25 against 5:58 and 6:36 in one process, three workers
 # 4:54 and 5:00 (2026-12-03, alternating, platform floor 23 s that hour). On the suite's engine

@@ -53,7 +53,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # Test-only: the suite's inputs are a few hundred rows, on which compiling generated code
 # (whole-stage and each expression's) costs more than it saves: a warm 4-day in-process backfill
 # took 13-16 s interpreted against 16-18 s compiled, with 22% less JVM CPU (2 alternating rounds,
-# 2026-12-02). The results are Spark's either way; `make test-compat` runs the reference tests
+# 2026-12-02). The results are Spark's either way; `make test-release` runs the reference tests
 # on Spark 4.0 with code generation on (LOGMETRICS_TEST_CODEGEN=on), the engine's production path.
 INTERPRETED = {
     "spark.sql.codegen.wholeStage": "false",
@@ -71,7 +71,7 @@ if os.environ.get("LOGMETRICS_TEST_CODEGEN", "off") != "on":
 # plain, Comet; platform floor 32 s that hour): 0.71 and 0.90 a pair; the property tests, many
 # small queries, 441 + 231 s on Comet against 313 + 169 s on plain Spark (1.4x; two fresh-clone
 # runs the same afternoon, floor 23-25 s). The tests check what logmetrics computes, the
-# same on either engine; `make test-compat` runs those that compare every published table with
+# same on either engine; `make test-release` runs those that compare every published table with
 # the pure-Python reference (REFERENCE_TESTS in the Makefile) on Comet
 # (LOGMETRICS_TEST_ACCELERATOR=comet) and on Spark 4.0 with generated code, so the outputs are
 # checked on both engines.

@@ -392,7 +392,7 @@ def test_each_docs_snippet_runs_in_a_venv_of_its_own_pip_line(
     warehouse's directory: it exits 0 and prints what it prints in this process (whose values
     test_the_docs_read_the_tables_without_spark checks). Fails on a pip line that misses a
     package (`pip install deltalake duckdb pandas`: deltalake's readers need pyarrow) or a
-    snippet that needs another's names. Slow (pip into fresh venvs): make test-compat."""
+    snippet that needs another's names. Slow (pip into fresh venvs): make test-release."""
     monkeypatch.chdir(beside_the_warehouse)
     venvs: dict[tuple[str, ...], Path] = {}
     for snippet in _reader_snippets():

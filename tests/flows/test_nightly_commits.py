@@ -10,7 +10,7 @@ resumed. One point is also killed for real, with SIGKILL, in a process of its ow
 (`killed_after_commits.py`), and the two runs of one day are a process and this one.
 
 Marked `reliability`: some twenty nightly runs, three of them processes, are minutes of the
-suite's budget; `make test-compat` runs them (on the default engine), `make test` the write
+suite's budget; `make test-release` runs them (on the default engine), `make test` the write
 orders one commit at a time (tests/flows/test_append_writes.py)."""
 
 from __future__ import annotations
