@@ -39,7 +39,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 LONGEST_FIRST = (
     "test_wheel.py",  # make test-compat: a Spark 4.0 venv
     "test_hive_metastore.py",  # make test-release: four JVMs one after another
-    "test_readme.py",  # about 450 s: the demo (318 s under the suite's load), the README's commands
+    "test_readme.py",  # about 500 s: the demo (250 s compiled under the suite's load), its commands
     "test_end_to_end.py",  # 440 s
     "test_living_inputs.py",  # 361 s
     "test_nightly_commits.py",  # make test-release (reliability): a nightly's kill points
