@@ -12,8 +12,8 @@ uninterrupted run does, whose published tables equal the pure-Python reference.
 The warehouse each stopped run starts from has the first two days published, so that the
 run computes the last two (one chunk), appending them to tables that exist.
 
-The main pass's SIGTERM and the two signals are marked `reliability` (`make test-release`, which
-run by hand before a release): two more processes and their resumed runs are a minute and a half
+The main pass's SIGTERM and the two signals are marked `reliability` (`make test-release`, run
+by hand before a release): two more processes and their resumed runs are a minute and a half
 of `make test`'s budget; `make test` keeps both signals at start-up and a Ctrl-C during a
 commit, with its ledger rows and its resumed run."""
 
