@@ -20,6 +20,13 @@ from pydantic import BaseModel
 from logmetrics.config import Config
 
 REPO = Path(__file__).resolve().parents[1]
+LOG_COLUMNS = ("request_id", "served_at", "results", "rank", "chunk_id", "tokens")
+
+# A table by name takes the place of the path: set together.
+INSTEAD = {
+    "inputs.served_logs.table": "inputs.served_logs.path",
+    "inputs.clusters.table": "inputs.clusters.path",
+}
 
 # Every leaf key with its value in BASE (below) replaced by another valid one.
 # A change to any of these can change what a day publishes: it restates the day.
@@ -28,9 +35,15 @@ FINGERPRINTED: dict[str, Any] = {
     "inputs.served_logs.format": "delta",
     "inputs.served_logs.on_corrupt": "quarantine",
     "inputs.served_logs.date_partition": "none",
+    "inputs.served_logs.table": "main.serving.retrieval_log",
+    "inputs.served_logs.shape": "exploded",
+    **{f"inputs.served_logs.columns.{name}": f"own_{name}" for name in LOG_COLUMNS},
     "inputs.clusters.path": "/data/other-clusters",
+    "inputs.clusters.table": "main.dedup.clusters",
     "inputs.clusters.format": "parquet",
     "inputs.clusters.version": 3,
+    "inputs.clusters.columns.chunk_id": "id",
+    "inputs.clusters.columns.cluster_id": "dup_group",
     "metrics.ks": [5],
     "metrics.threshold": 3,
     "metrics.segment_by": ["surface"],
@@ -147,6 +160,8 @@ def _with(key: str, value: Any, base: dict[str, Any] = BASE) -> Config:
             nodes = [run for node in nodes for run in node.values()]
     for node in nodes:
         node[leaf] = value
+        if key in INSTEAD:
+            del node[INSTEAD[key].rsplit(".", 1)[1]]
     return Config.model_validate(raw)
 
 
@@ -186,6 +201,20 @@ def test_the_optional_sections_keep_the_fingerprint_whether_set_or_not() -> None
     bare = copy.deepcopy(BASE)
     del bare["inputs"]["calibration"], bare["evaluation"]
     assert Config.model_validate(bare).fingerprint() == Config.model_validate(BASE).fingerprint()
+
+
+def test_a_config_without_the_later_input_keys_keeps_its_recorded_fingerprint() -> None:
+    """`table`, `shape` and `columns` came after days were published: at their defaults, set or
+    not, they leave BASE's fingerprint as the releases before them recorded it (so an upgrade
+    restates nothing)."""
+    recorded = "04c12c97a2113fb2"  # BASE's fingerprint before the keys existed
+    assert Config.model_validate(BASE).fingerprint() == recorded
+    spelled_out = copy.deepcopy(BASE)
+    spelled_out["inputs"]["served_logs"].update(
+        {"table": None, "shape": "nested", "columns": {"request_id": None}}
+    )
+    spelled_out["inputs"]["clusters"]["columns"] = {"cluster_id": None}
+    assert Config.model_validate(spelled_out).fingerprint() == recorded
 
 
 def test_the_fingerprint_is_stable_and_short() -> None:

@@ -34,6 +34,7 @@ from logmetrics.schemas import BY_QUERY
 _COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROPERTY_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _RESERVED_COLUMNS = {"request_id", "served_at", "results", "metric_date"}
+_LIST_LEVEL = {"request_id", "served_at", "results"}  # columns in every shape, not fields
 _BY_QUERY_COLUMNS = {name.lower() for name in BY_QUERY.fieldNames()}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SPARK_KEY = re.compile(r"^[^\s=]+$")
@@ -54,12 +55,131 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ServedLogsInput(_Section):
-    """The served top-k logs: one row per served request."""
+_TABLE_PART = r"(?:[A-Za-z_][A-Za-z0-9_]*|`(?:[^`\x00-\x1f]|``)+`)"
+_TABLE_NAME = re.compile(rf"^{_TABLE_PART}(?:\.{_TABLE_PART}){{0,2}}$")
+_DELTA_PATH_TABLE = re.compile(r"^delta\.`((?:[^`]|``)+)`$", re.IGNORECASE)
 
-    path: Text = Field(description="Directory (or table path) of the served logs.")
+
+def _table_name(value: str | None) -> str | None:
+    """`catalog.schema.table`, `schema.table`, `table` or ``delta.`/path` ``: names the session's
+    catalog resolves (parts may be back-quoted)."""
+    if value is not None and not _TABLE_NAME.match(value):
+        raise ValueError(
+            "must be a table name the catalog resolves: catalog.schema.table, schema.table, "
+            "or delta.`/path`"
+        )
+    return value
+
+
+def delta_path_of(table: str | None) -> str | None:
+    """The path of a ``delta.`/path` `` table name, or None for any other name."""
+    match = _DELTA_PATH_TABLE.match(table or "")
+    return match.group(1).replace("``", "`") if match else None
+
+
+_COLUMN_HELP = "The data's own name of the contract's `{}` ({}); null: `{}` itself."
+
+
+def _mapped(name: str, what: str) -> Any:
+    return Field(default=None, description=_COLUMN_HELP.format(name, what, name))
+
+
+class LogColumns(_Section):
+    """The served logs' own column names for the contract's (docs/inputs.md, "Your column
+    names"); an unmapped name means the contract's own."""
+
+    request_id: Text | None = _mapped("request_id", "a column")
+    served_at: Text | None = _mapped("served_at", "a column")
+    results: Text | None = _mapped("results", "the list column: nested and ids shapes")
+    rank: Text | None = _mapped(
+        "rank", "a field of each entry in the nested shape, a column in the exploded one"
+    )
+    chunk_id: Text | None = _mapped(
+        "chunk_id", "a field of each entry in the nested shape, a column in the exploded one"
+    )
+    tokens: Text | None = _mapped(
+        "tokens", "an optional field or column: the result's prompt tokens"
+    )
+
+    def mapped(self) -> dict[str, str]:
+        """{contract name: the data's name} for the names given."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class ClusterColumns(_Section):
+    """The cluster table's own column names for the contract's `chunk_id` and `cluster_id`."""
+
+    chunk_id: Text | None = _mapped("chunk_id", "a column")
+    cluster_id: Text | None = _mapped("cluster_id", "a column")
+
+    def mapped(self) -> dict[str, str]:
+        """{contract name: the data's name} for the names given."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class _TableInput(_Section):
+    """An input read from a path or, in its place, a table the session's catalog resolves."""
+
+    path: Text | None = Field(default=None, description="Where the input lies: a path.")
+    table: Text | None = Field(
+        default=None,
+        description=(
+            "In place of `path`: a table name the session's catalog resolves "
+            "(catalog.schema.table on Unity Catalog, schema.table on a Hive metastore, "
+            "delta.`/path` anywhere); the table's own format is read."
+        ),
+    )
+
+    @field_validator("table")
+    @classmethod
+    def _a_table_name(cls, value: str | None) -> str | None:
+        return _table_name(value)
+
+    @model_validator(mode="after")
+    def _path_or_table(self) -> _TableInput:
+        if (self.path is None) == (self.table is None):
+            raise ValueError("set exactly one of `path` and `table`")
+        return self
+
+    @property
+    def location(self) -> str | None:
+        """The path its files are read from: `path`, or a ``delta.`/path` `` table's; None for
+        a table only the catalog can place."""
+        return self.path if self.path is not None else delta_path_of(self.table)
+
+    @property
+    def by_catalog(self) -> bool:
+        """Whether it is a table only the session's catalog can resolve (no path known)."""
+        return self.location is None
+
+    def file_format(self, declared: str) -> str:
+        """The format its location's files are read as: a ``delta.`/path` `` table is Delta."""
+        return "delta" if self.path is None else declared
+
+    def shown(self, what: str) -> str:
+        """`served logs at /path` or `served logs table main.serving.log`: its name in messages."""
+        return f"{what} at {self.path}" if self.path is not None else f"{what} table {self.table}"
+
+
+class ServedLogsInput(_TableInput):
+    """The served top-k logs: one row per served request (or per result: `shape`)."""
+
     format: Literal["parquet", "delta", "json"] = Field(
-        default="parquet", description="parquet (any layout), delta, or json (JSON lines)."
+        default="parquet",
+        description="parquet (any layout), delta, or json (JSON lines); a `table` is read as "
+        "its catalog says.",
+    )
+    shape: Literal["nested", "ids", "exploded"] = Field(
+        default="nested",
+        description=(
+            "How the results are stored: nested (a list of {rank, chunk_id} entries), ids (a "
+            "list of chunk ids in rank order, rank = position), exploded (one row per result, "
+            "the rows of one request_id and served_at one served copy): docs/inputs.md."
+        ),
+    )
+    columns: LogColumns = Field(
+        default=LogColumns(),
+        description="The data's own names for the contract's columns and fields (docs/inputs.md).",
     )
     on_corrupt: Literal["fail", "quarantine"] = Field(
         default="fail",
@@ -106,6 +226,24 @@ class ServedLogsInput(_Section):
             raise ValueError(f"must be a file name, without '/', got {value!r}")
         return value
 
+    @model_validator(mode="after")
+    def _marker_on_a_path(self) -> ServedLogsInput:
+        if self.ready_marker is not None and self.path is None:
+            raise ValueError(
+                "ready_marker is looked for in the date partitions below a `path`; a `table` "
+                "has none to look in"
+            )
+        return self
+
+    @property
+    def data_format(self) -> str:
+        """The format the files at `location` are read as."""
+        return self.file_format(self.format)
+
+    @property
+    def described(self) -> str:
+        return self.shown("served logs")
+
     @field_validator("date_partition")
     @classmethod
     def _column_name(cls, value: str) -> str:
@@ -114,14 +252,20 @@ class ServedLogsInput(_Section):
         return value
 
 
-class ClustersInput(_Section):
+class ClustersInput(_TableInput):
     """The cluster-id table from the near-duplicate detector."""
 
-    path: Text = Field(description="Path of the cluster table.")
-    format: Literal["delta", "parquet"] = Field(default="delta", description="delta or parquet.")
+    format: Literal["delta", "parquet"] = Field(
+        default="delta", description="delta or parquet; a `table` is read as its catalog says."
+    )
     version: Annotated[int, Field(ge=0)] | None = Field(
         default=None,
-        description="Pin a Delta version of the cluster table; null reads the latest one.",
+        description="Pin a Delta version of the cluster table (by path or by name); null reads "
+        "the latest one.",
+    )
+    columns: ClusterColumns = Field(
+        default=ClusterColumns(),
+        description="The table's own names for `chunk_id` and `cluster_id`.",
     )
     detector: Text | None = Field(
         default=None,
@@ -131,6 +275,15 @@ class ClustersInput(_Section):
             "Delta versions (Parquet), whose days record no cluster_table_version."
         ),
     )
+
+    @property
+    def data_format(self) -> str:
+        """The format the files at `location` are read as."""
+        return self.file_format(self.format)
+
+    @property
+    def described(self) -> str:
+        return self.shown("cluster table")
 
 
 class CalibrationInput(_Section):
@@ -642,11 +795,27 @@ class Config(_Section):
     alerts: AlertsConfig = AlertsConfig()
     evaluation: EvaluationConfig | None = None
 
+    @model_validator(mode="after")
+    def _segments_are_not_contract_columns(self) -> Config:
+        logs = self.inputs.served_logs
+        if logs is None:
+            return self
+        read = {data: name for name, data in logs.columns.mapped().items()}
+        for name in self.metrics.segment_by:
+            contract = read.get(name)
+            if contract is not None and (logs.shape == "exploded" or contract in _LIST_LEVEL):
+                raise ValueError(
+                    f"metrics.segment_by: {name!r} is read as the logs' {contract!r} "
+                    "(inputs.served_logs.columns), not a segment"
+                )
+        return self
+
     def locations(self) -> list[str]:
         """Every path the config names: inputs, warehouse, keys folder, evaluation files."""
         inputs = self.inputs
-        paths = [inputs.clusters.path]
-        paths += [source.path for source in (inputs.served_logs, inputs.calibration) if source]
+        tables = [inputs.clusters, inputs.served_logs]
+        paths = [source.location for source in tables if source and source.location]
+        paths += [inputs.calibration.path] if inputs.calibration else []
         paths += [p for p in (self.output.warehouse, self.backfill.cluster_keys_dir) if p]
         if self.evaluation is not None:
             paths += [run.path for run in self.evaluation.runs.values()]
@@ -665,8 +834,26 @@ class Config(_Section):
         # What the detector measured is shown beside the numbers; it changes none of them.
         del relevant["inputs"]["calibration"]
         del relevant["inputs"]["clusters"]["detector"]
+        # Keys added since days were first published count only when set: a config that does
+        # not use them keeps the fingerprint its days were recorded with.
+        for source, keys in _LATER_INPUT_KEYS.items():
+            section = relevant["inputs"].get(source) or {}
+            for key, default in keys.items():
+                if section.get(key, default) == default:
+                    section.pop(key, None)
         blob = json.dumps(relevant, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+_LATER_INPUT_KEYS: dict[str, dict[str, Any]] = {
+    "served_logs": {
+        "table": None,
+        "shape": "nested",
+        "columns": LogColumns().model_dump(mode="json"),
+    },
+    "clusters": {"table": None, "columns": ClusterColumns().model_dump(mode="json")},
+}
+"""The input keys `Config.fingerprint` leaves out at their defaults."""
 
 
 def load_config(paths: Sequence[str | Path], overrides: Iterable[str] = ()) -> Config:
@@ -753,6 +940,8 @@ def _first_error(exc: ValidationError) -> str:
     if error["type"] in ("tuple_type", "list_type") and len(error["loc"]) >= 2:
         return f"{where}: must be a list, e.g. [5, 10] (got {error.get('input')!r})"
     message = str(error["msg"]).removeprefix("Value error, ")
-    if tuple(error["loc"][:2]) == ("spark", "conf"):  # the input may hold a secret
-        return f"{where}: {message}"
+    if not error["loc"]:  # a rule across sections: the message names its keys
+        return message
+    if tuple(error["loc"][:2]) == ("spark", "conf") or isinstance(error.get("input"), Mapping):
+        return f"{where}: {message}"  # a secret may be in the input, or a whole section is
     return f"{where}: {message} (got {error.get('input')!r})"

@@ -106,10 +106,14 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> Ru
     from logmetrics.flows.backfill import run_range
     from logmetrics.session import get_spark
 
-    out = Path(config.inputs.logs().path).parent
+    logs, cluster_table = config.inputs.logs(), config.inputs.clusters
+    if logs.path is None or logs.shape != "nested" or logs.columns.mapped():
+        raise ConfigError("demo: inputs.served_logs must be a path, in the contract's own shape")
+    out = Path(logs.path).parent
     if (
-        Path(config.inputs.clusters.path) != out / "clusters"
-        or config.inputs.clusters.format != "delta"
+        cluster_table.path is None
+        or Path(cluster_table.path) != out / "clusters"
+        or cluster_table.format != "delta"
     ):
         raise ConfigError(
             "demo: inputs.clusters must be a Delta table at <served_logs parent>/clusters"

@@ -31,7 +31,9 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
     config = command_config(args)
     settings = require_evaluation(config)
-    check_path_exists(config.inputs.clusters.path, "cluster table")
+    clusters = config.inputs.clusters
+    if clusters.location is not None:
+        check_path_exists(clusters.location, "cluster table")
     check_evaluation_inputs_exist(settings.runs, settings.judgments)
     check_outputs_reachable(config)
     computed_at = now()

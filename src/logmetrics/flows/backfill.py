@@ -564,13 +564,15 @@ def _cluster_state_without_spark(config: Config) -> tuple[str, int | None] | Non
     """The cluster table's state and Delta version as `clusters_state` records them, read
     without Spark; None where that cannot be done."""
     source = config.inputs.clusters
-    if source.format != "delta":
-        root = storage.place(source.path)
+    if source.location is None:  # a table only the catalog places: Spark asks it
+        return None
+    if source.data_format != "delta":
+        root = storage.place(source.location)
         return None if root is None else (parquet_listing_state(root), None)
     if source.version is not None:
         return f"v{source.version}", source.version
     try:
-        table = delta_rs.open_table(source.path)
+        table = delta_rs.open_table(source.location)
     except delta_rs.NoReader:
         return None
     if table is None:
@@ -617,7 +619,7 @@ def stop_on_corrupt(config: Config, corrupt: Sequence[CorruptInput], consequence
     if corrupt and source.on_corrupt == "fail":
         more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
         raise InputError(
-            f"served logs at {source.path}: {corrupt[0].describe()}{more}; {consequence} "
+            f"{source.described}: {corrupt[0].describe()}{more}; {consequence} "
             "(inputs.served_logs.on_corrupt: quarantine computes the rest)"
         )
 

@@ -57,7 +57,9 @@ def day_files(
 ) -> DayFiles:
     """`day`'s files, but `skip_files`, by the narrow pass over its logs
     (`rules.per_request.day_file_states`)."""
-    logs_df = read_served_logs(spark, config.inputs.logs(), day, day, skip_files=skip_files)
+    logs_df = read_served_logs(
+        spark, config.inputs.logs(), day, day, skip_files=skip_files, copies=False
+    )
     rows = logs_df.transform(day_file_states).where(F.col("metric_date") == F.lit(day)).collect()
     return DayFiles(len(rows[0].files) if rows else 0, None)
 
@@ -96,7 +98,7 @@ def day_inputs(
     files: dict[dt.date, list[str]] = {}
     if footers is None or footers.unplaced:
         skipped = [*unreadable_files, *(footers.placed if footers else [])]
-        logs_df = read_served_logs(spark, source, start, end, skip_files=skipped)
+        logs_df = read_served_logs(spark, source, start, end, skip_files=skipped, copies=False)
         files = {
             row.metric_date: list(row.files) for row in logs_df.transform(day_file_states).collect()
         }

@@ -139,17 +139,20 @@ def kept_keys(config: Config, cluster_state: str, table_rows: int) -> KeysStore 
     backfill, source, output = config.backfill, config.inputs.clusters, config.output
     if not backfill.keep_cluster_keys or table_rows < KEEP_KEYS_MIN_CHUNKS:
         return None
-    if source.format != "delta" and storage.place(source.path) is None:
+    location = source.location
+    if location is not None and source.data_format != "delta" and storage.place(location) is None:
         log.info("cluster keys built for this run only: the Parquet table's store has no reader")
         return None
     what = {
         "format": KEYS_FORMAT,
         "logmetrics": __version__,
         "code": _code_hash(),
-        "table": absolute(source.path),
-        "table_format": source.format,
+        "table": absolute(source.location) if source.location is not None else source.table,
+        "table_format": source.data_format,
         "state": cluster_state,
     }
+    if source.columns.mapped():  # other columns read are another table's keys
+        what["columns"] = source.columns.mapped()
     identity = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
     folder = backfill.cluster_keys_dir
     if folder is None and output.warehouse is not None:

@@ -35,12 +35,10 @@ from logmetrics.config import ServedLogsInput
 from logmetrics.errors import InputError
 from logmetrics.tables import storage
 from logmetrics.tables.footers import READERS
+from logmetrics.tables.shapes import LogShape, contract_plan, json_schema, quoted, to_contract
 from logmetrics.tables.sources import (
     CORRUPT_RECORD,
-    JSON_LOGS,
     DataFile,
-    check_contract,
-    conform_served_logs,
     data_files,
     date_partition_column,
     file_key,
@@ -95,16 +93,17 @@ def scan_served_logs(
     """The corrupt files (Parquet) or lines (JSON) of the logs of start..end; an InputError
     for a file whose schema drifted off the contract. Only JSON lines need `spark`
     (`scan_needs_spark`): Parquet files are judged by their footers."""
-    what = f"served logs at {source.path}"
+    what = source.described
     if scan_needs_spark(source):
         if spark is None:
             raise ValueError("JSON lines are scanned with Spark")
         return _scan_json(spark, source, start, end, what)
-    root = storage.place(source.path) if source.format == "parquet" else None
+    location = source.location if source.data_format == "parquet" else None
+    root = storage.place(location) if location is not None else None
     if root is None:
-        if source.format == "parquet":
+        if location is not None:
             storage.say_no_reader(
-                source.path, "the damaged-file scan", "a damaged file fails the run when read"
+                location, "the damaged-file scan", "a damaged file fails the run when read"
             )
         return []
     if not root.is_dir():
@@ -114,7 +113,7 @@ def scan_served_logs(
 
 def scan_needs_spark(source: ServedLogsInput) -> bool:
     """Whether `scan_served_logs` needs a session for these logs (JSON lines do)."""
-    return source.format == "json"
+    return source.data_format == "json" and not source.by_catalog
 
 
 def undated_rows(spark: SparkSession, source: ServedLogsInput) -> int:
@@ -126,7 +125,8 @@ def undated_rows(spark: SparkSession, source: ServedLogsInput) -> int:
     raw = load_raw_served_logs(spark, source)
     if CORRUPT_RECORD in raw.columns:
         raw = raw.where(F.col(CORRUPT_RECORD).isNull())
-    logs = conform_served_logs(raw, f"served logs at {source.path}")
+    fields = {f.name: f.dataType for f in raw.schema.fields}
+    logs = to_contract(raw, contract_plan(fields, source.described, LogShape.of(source)))
     return logs.where(F.col("served_at").isNull()).count()
 
 
@@ -136,8 +136,9 @@ def _scan_parquet(
     from pyspark.sql.pandas.types import from_arrow_schema
 
     partition = date_partition_column(source)
+    shape = LogShape.of(source)
     corrupt = []
-    first: dict[str, tuple[str, str]] = {}  # contract field -> (type, the first file with it)
+    first: dict[str, tuple[str, str]] = {}  # the data's column -> (type, the first file with it)
     lo, hi = start - dt.timedelta(days=1), end + dt.timedelta(days=1)  # the reader's margin
     files = list(data_files(root, partition, lo, hi))
     with ThreadPoolExecutor(READERS) as pool:
@@ -152,8 +153,8 @@ def _scan_parquet(
         except Exception:  # a type Spark has no name for: Spark will judge it
             continue
         fields.pop(partition or "", None)
-        check_contract(fields, f"{what}: file {file_key(path)}")
-        for name, kind in _contract_types(fields).items():
+        plan = contract_plan(fields, f"{what}: file {file_key(path)}", shape)
+        for name, kind in _contract_types(plan.nested, shape).items():
             seen = first.setdefault(name, (kind, file_key(path)))
             if seen[0] != kind:
                 raise InputError(
@@ -174,13 +175,18 @@ def _schema(file: DataFile) -> Any:
         return exc
 
 
-def _contract_types(fields: dict[str, Any]) -> dict[str, str]:
-    """The types of the contract's fields as the widened read sees them."""
-    types = {name: widened(fields[name]).simpleString() for name in ("request_id", "served_at")}
-    element = getattr(fields["results"], "elementType", None)
+def _contract_types(nested: dict[str, Any], shape: LogShape) -> dict[str, str]:
+    """The types of the contract's fields as the widened read sees them, by the data's own
+    names (`hits.pos`, or `pos` in the exploded shape)."""
+    types = {
+        shape.label(name): widened(nested[name]).simpleString()
+        for name in ("request_id", "served_at")
+    }
+    element = getattr(nested["results"], "elementType", None)
     for entry in getattr(element, "fields", []):
-        if entry.name in ("rank", "chunk_id", "tokens"):
-            types[f"results.{entry.name}"] = widened(entry.dataType).simpleString()
+        types[shape.label(f"results.{entry.name}")] = widened(entry.dataType).simpleString()
+    if shape.shape == "ids":
+        types[shape.label("results")] = widened(nested["results"]).simpleString()
     return types
 
 
@@ -188,6 +194,7 @@ def _scan_json(
     spark: SparkSession, source: ServedLogsInput, start: dt.date, end: dt.date, what: str
 ) -> list[CorruptInput]:
     partition = date_partition_column(source)
+    shape = LogShape.of(source)
     try:
         raw = load_raw_served_logs(spark, source, partition=partition)
     except AnalysisException:
@@ -206,7 +213,7 @@ def _scan_json(
             F.input_file_name().alias("file"),
             day.alias("day"),
             F.col(CORRUPT_RECORD).alias("line"),
-            *JSON_LOGS.names,
+            *[quoted(name) for name in json_schema(shape).names],
         )
         .limit(MAX_CORRUPT_LINES + 1)
         .collect()
@@ -225,32 +232,61 @@ def _scan_json(
             line = row.line[:_LINE_SHOWN]
             corrupt.append(CorruptInput(file, f"not JSON: {exc}", row.day, line))
             continue
-        raise InputError(f"{what}: file {file}: {_json_problem(parsed)}")
+        raise InputError(f"{what}: file {file}: {_json_problem(parsed, shape)}")
     return corrupt
 
 
-def _json_problem(entry: Any) -> str:
-    """Which column of a JSON line breaks the contract, in the words of `sources`."""
+def _json_problem(entry: Any, shape: LogShape) -> str:
+    """Which column of a JSON line breaks the contract, in the words of `tables.shapes` and the
+    data's own names."""
     if not isinstance(entry, dict):
         return f"a line is {type(entry).__name__}, not an object"
-    if not isinstance(entry.get("request_id", ""), str | int | None):
-        return f"column 'request_id' must be a string, got {entry['request_id']!r}"
-    if not isinstance(entry.get("served_at", ""), str | None):
-        return f"column 'served_at' must be ISO 8601 text, got {entry['served_at']!r}"
-    results = entry.get("results")
+    request_id, served_at = shape.name("request_id"), shape.name("served_at")
+    if not isinstance(entry.get(request_id, ""), str | int | None):
+        return f"column {request_id!r} must be a string, got {entry[request_id]!r}"
+    if not isinstance(entry.get(served_at, ""), str | None):
+        return f"column {served_at!r} must be ISO 8601 text, got {entry[served_at]!r}"
+    if shape.exploded:
+        return _entry_problem(entry, shape) or "a line does not fit the contract"
+    label = shape.name("results")
+    results = entry.get(label)
+    if shape.shape == "ids":
+        if not isinstance(results, list | None):
+            return f"column {label!r} must be a list of chunk ids, got {results!r:.80}"
+        for item in results or []:
+            if isinstance(item, dict):
+                return (
+                    f"column {label!r} holds entries ({item!r:.40}), a list which `shape: "
+                    "nested` reads (inputs.served_logs.shape is 'ids')"
+                )
+            if isinstance(item, bool) or not isinstance(item, str | int | None):
+                return f"column {label!r} must hold chunk ids (text or integers), got {item!r:.80}"
+        return "a line does not fit the contract"
     if not isinstance(results, list | None):
-        return f"column 'results' must be a list of {{rank, chunk_id}}, got {results!r:.80}"
+        return f"column {label!r} must be a list of {{rank, chunk_id}}, got {results!r:.80}"
     for item in results or []:
+        if isinstance(item, str | int) and not isinstance(item, bool):
+            return (
+                f"column {label!r} holds chunk ids ({item!r:.40}), a list which `shape: ids` "
+                f"reads (inputs.served_logs.shape is {shape.shape!r})"
+            )
         if not isinstance(item, dict | None):
-            return f"column 'results' must hold objects, got {item!r:.80}"
-        item = item or {}
-        rank = item.get("rank")
-        if isinstance(rank, bool) or not isinstance(rank, int | None):
-            return f"column 'results.rank' must be an integer, got {rank!r:.80}"
-        chunk_id = item.get("chunk_id")
-        if not isinstance(chunk_id, str | None):
-            return f"column 'results.chunk_id' must be a string, got {chunk_id!r:.80}"
-        tokens = item.get("tokens")
-        if isinstance(tokens, bool) or not isinstance(tokens, int | float | None):
-            return f"column 'results.tokens' must be a number, got {tokens!r:.80}"
+            return f"column {label!r} must hold objects, got {item!r:.80}"
+        problem = _entry_problem(item or {}, shape)
+        if problem:
+            return problem
     return "a line does not fit the contract"
+
+
+def _entry_problem(item: dict[str, Any], shape: LogShape) -> str | None:
+    """What of an entry (a nested one, or an exploded row) is off the contract, or None."""
+    rank = item.get(shape.name("rank"))
+    if isinstance(rank, bool) or not isinstance(rank, int | None):
+        return f"column {shape.label('results.rank')!r} must be an integer, got {rank!r:.80}"
+    chunk_id = item.get(shape.name("chunk_id"))
+    if not isinstance(chunk_id, str | None):
+        return f"column {shape.label('results.chunk_id')!r} must be a string, got {chunk_id!r:.80}"
+    tokens = item.get(shape.name("tokens"))
+    if isinstance(tokens, bool) or not isinstance(tokens, int | float | None):
+        return f"column {shape.label('results.tokens')!r} must be a number, got {tokens!r:.80}"
+    return None

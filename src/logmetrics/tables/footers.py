@@ -55,12 +55,11 @@ def footer_days(
 ) -> FooterDays | None:
     """The log files of start..end placed on their days from their footers; None where the
     logs are not Parquet files on a local path or S3 (the narrow pass reads them all)."""
-    root = storage.place(source.path) if source.format == "parquet" else None
+    location = source.location if source.data_format == "parquet" else None
+    root = storage.place(location) if location is not None else None
     if root is None:
-        if source.format == "parquet":
-            storage.say_no_reader(
-                source.path, "the log files' footers", "the narrow pass reads them"
-            )
+        if location is not None:
+            storage.say_no_reader(location, "the log files' footers", "the narrow pass reads them")
         return None
     if not root.is_dir():
         return None
@@ -68,8 +67,9 @@ def footer_days(
     skipped = {file_key(f) for f in skip_files}
     lo, hi = start - dt.timedelta(days=1), end + dt.timedelta(days=1)  # the reader's margin
     files = [f for f in data_files(root, partition, lo, hi) if file_key(f.path) not in skipped]
+    served_at = source.columns.served_at or "served_at"
     with ThreadPoolExecutor(READERS) as pool:
-        placements = list(pool.map(lambda f: _days(f, partition is not None), files))
+        placements = list(pool.map(lambda f: _days(f, partition is not None, served_at), files))
     found = FooterDays()
     for file, placed in zip(files, placements, strict=True):
         state = _file_state(file) if placed is not None else None
@@ -85,9 +85,12 @@ def footer_days(
     return found
 
 
-def _days(file: DataFile, partitioned: bool) -> tuple[set[dt.date], int, int] | None:
-    """The UTC days of the file's served_at values (null ones on its partition's day), its rows
-    and its null served_at values, or None when the footer cannot say for certain."""
+def _days(
+    file: DataFile, partitioned: bool, served_at: str
+) -> tuple[set[dt.date], int, int] | None:
+    """The UTC days of the file's served_at values (the column of that name: null ones on its
+    partition's day), its rows and its null served_at values, or None when the footer cannot
+    say for certain."""
     import pyarrow.parquet as pq
 
     partition_day = file.day
@@ -101,7 +104,7 @@ def _days(file: DataFile, partitioned: bool) -> tuple[set[dt.date], int, int] | 
     if any(key in (metadata.metadata or {}) for key in _LEGACY_CALENDAR):
         return None
     schema = metadata.schema
-    index = next((i for i in range(len(schema)) if schema.column(i).path == "served_at"), None)
+    index = next((i for i in range(len(schema)) if schema.column(i).path == served_at), None)
     if index is None or schema.column(index).physical_type != "INT64":
         return None
     logical = json.loads(schema.column(index).logical_type.to_json())

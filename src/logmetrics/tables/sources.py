@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import os
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ from logmetrics.config import (
     RunInput,
     ServedLogsInput,
 )
+from logmetrics.console import did_you_mean
 from logmetrics.errors import InputError
 from logmetrics.schemas import (
     CALIBRATION,
@@ -55,11 +57,21 @@ from logmetrics.schemas import (
     JUDGMENTS,
     PARTITION_DATE,
     RUN,
-    SERVED_AT_TEXT,
-    SERVED_LOGS,
 )
 from logmetrics.tables import storage
 from logmetrics.tables.delta_paths import absolute, delta_path_identifier, local_path
+from logmetrics.tables.shapes import (
+    JSON_SAMPLE_LINES,
+    NESTED,
+    LogShape,
+    check_json_names,
+    contract_plan,
+    group_result_rows,
+    json_schema,
+    string_conversion,
+    to_contract,
+    with_row_order,
+)
 from logmetrics.tables.storage import Place
 
 _PARTITION_DIR = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\d{4}-\d{2}-\d{2})$")
@@ -87,8 +99,10 @@ def read_served_logs(
     end: dt.date,
     segment_by: Sequence[str] = (),
     skip_files: Collection[str] = (),
+    copies: bool = True,
 ) -> DataFrame:
-    """The served-log rows whose served_at falls on start..end (UTC), conformed to the contract.
+    """The served-log rows whose served_at falls on start..end (UTC), turned into the contract
+    (`tables.shapes`: the data's names and shape, one row per served copy).
 
     Date partitions are pruned (with a day of margin either side, since a partition's date need
     not be the UTC date), and the exact served_at filter is pushed down to the files. Without a
@@ -96,11 +110,14 @@ def read_served_logs(
     The `segment_by` columns (metrics.segment_by) must be present. Files in `skip_files` (the
     corrupt ones `file_scan` found, when they are quarantined) are left out, and JSON lines
     that do not parse are dropped here: `file_scan` has already failed the run or quarantined
-    them.
+    them. Without `copies`, exploded logs keep their row per result (a pass that needs only
+    served_at and the files, `rules.per_request.day_file_states`).
     """
-    what = f"served logs at {source.path}"
-    _require_path(source.path, what)
+    what = source.described
+    if source.location is not None:
+        _require_path(source.location, what)
     partition = date_partition_column(source)
+    shape = LogShape.of(source)
     try:
         raw = load_raw_served_logs(spark, source, segment_by, partition, skip_files)
         columns = set(raw.columns)
@@ -112,43 +129,32 @@ def read_served_logs(
 
     if partition is not None and partition not in columns:
         raise InputError(f"{what}: date partition column {partition!r} not found")
-    logs_df = conform_served_logs(raw, what)
+    if source.data_format == "json" and source.location is not None:
+        check_json_names(json_sample(source.location, partition), what, shape)
+    plan = contract_plan({f.name: f.dataType for f in raw.schema.fields}, what, shape)
     for name in segment_by:
         if name not in columns:
             found = ", ".join(sorted(columns))
             raise InputError(
                 f"{what}: segment column {name!r} (metrics.segment_by) is missing (found: {found})"
             )
+    grouped = shape.exploded and copies
+    logs_df = to_contract(with_row_order(raw) if grouped else raw, plan)
     if partition is not None:
         logs_df = logs_df.where(_partition_filter(raw, partition, start, end, what)).withColumn(
             PARTITION_DATE, _partition_as_date(raw, partition)
         )
-    return logs_df.transform(filter_served_between, start, end)
+    logs_df = logs_df.transform(filter_served_between, start, end)
+    return logs_df.transform(group_result_rows, segment_by) if grouped else logs_df
 
 
 CORRUPT_RECORD = "_corrupt_record"
 """The column Spark's JSON reader fills with a line that does not parse (or does not fit the
 read schema); such lines are found by `file_scan` and never reach the metrics."""
 
-JSON_LOGS = StructType(
-    [
-        StructField("request_id", StringType()),
-        StructField("served_at", StringType()),  # ISO 8601 text, converted like Parquet text
-        StructField(
-            "results",
-            ArrayType(
-                StructType(
-                    [
-                        StructField("rank", LongType()),
-                        StructField("chunk_id", StringType()),
-                        StructField("tokens", DoubleType()),
-                    ]
-                )
-            ),
-        ),
-    ]
-)
-"""What JSON-lines logs are read as: the contract, at its widest lossless types."""
+JSON_LOGS = json_schema(NESTED)
+"""What JSON-lines logs of the contract's own names and shape are read as: the contract, at
+its widest lossless types."""
 
 
 def load_raw_served_logs(
@@ -160,34 +166,69 @@ def load_raw_served_logs(
 ) -> DataFrame:
     """The logs as stored, before the contract is checked.
 
-    - JSON lines are read with `JSON_LOGS` plus the segment columns (as text) and
+    - A table by name is the catalog's (`spark.table`); a ``delta.`/path` `` one is read by
+      path, as Delta.
+    - JSON lines are read with the shape's schema (`shapes.json_schema`: the contract's columns
+      at their widest types, in the data's names) plus the segment columns (as text) and
       `CORRUPT_RECORD`: reading JSON never infers a schema (a pass over all the data).
     - Parquet is read with its inferred schema widened (every integer to bigint, float to
       double), so files that store a rank as int32 and others as int64 read alike.
     """
+    if source.by_catalog:
+        assert source.table is not None
+        return catalog_table(spark, source.table, source.described)
+    path, fmt = source.location, source.data_format
+    assert path is not None
     reader = spark.read
-    if partition is None and source.format != "delta":
+    if partition is None and fmt != "delta":
         reader = reader.option("recursiveFileLookup", "true")
-    if source.format == "json":
-        extra = [StructField(n, StringType()) for n in segment_by if n not in JSON_LOGS.names]
-        schema = StructType([*JSON_LOGS.fields, *extra, StructField(CORRUPT_RECORD, StringType())])
+    if fmt == "json":
+        read = json_schema(LogShape.of(source))
+        extra = [StructField(n, StringType()) for n in segment_by if n not in read.names]
+        schema = StructType([*read.fields, *extra, StructField(CORRUPT_RECORD, StringType())])
         reader = reader.schema(schema).option("columnNameOfCorruptRecord", CORRUPT_RECORD)
-        return reader.json(source.path)
-    if source.format != "parquet":
-        return reader.format(source.format).load(source.path)
-    paths = [source.path]
-    root = storage.place(source.path)
+        return reader.json(path)
+    if fmt != "parquet":
+        return reader.format(fmt).load(path)
+    paths = [path]
+    root = storage.place(path)
     if skip_files and root is not None:  # the scan's corrupt files: listed here, not by Spark
         skipped = {file_key(f) for f in skip_files}
         paths = [f.path for f in data_files(root, partition) if file_key(f.path) not in skipped]
-        reader = reader.option("basePath", source.path)
+        reader = reader.option("basePath", path)
         if not paths:  # every file is corrupt: no rows
-            columns = list(SERVED_LOGS.fields)
+            columns = list(json_schema(LogShape.of(source)).fields)
             if partition is not None:
                 columns.append(StructField(partition, StringType()))
             return spark.createDataFrame([], StructType(columns))
     inferred = reader.parquet(*paths).schema  # one file's footer (Spark's rule)
     return reader.schema(widened(inferred)).parquet(*paths)
+
+
+def json_sample(location: str, partition: str | None) -> list[dict[str, Any]]:
+    """The first JSON objects of the first data file below `location` (`shapes.JSON_SAMPLE_LINES`
+    lines at most; lines that do not parse are left to `file_scan`); none where the store has
+    no reader here or no file holds a line."""
+    root = storage.place(location)
+    if root is None:
+        return []
+    try:
+        for file in data_files(root, partition):
+            with file.place.fs.open_input_stream(file.info.path) as stream:
+                head = stream.read(1 << 20).decode("utf-8", errors="replace")
+            sample = []
+            for line in head.splitlines()[:JSON_SAMPLE_LINES]:
+                try:
+                    value = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(value, dict):
+                    sample.append(value)
+            if sample:
+                return sample
+    except OSError:
+        return []  # the read says what is wrong, in one line
+    return []
 
 
 @dataclass(frozen=True)
@@ -278,81 +319,106 @@ def filter_served_between(logs_df: DataFrame, start: dt.date, end: dt.date) -> D
     return logs_df.where(in_window)
 
 
-def conform_served_logs(df: DataFrame, what: str) -> DataFrame:
-    """Check the contract's columns and convert lossless variants (int64 rank, NTZ timestamps,
-    ISO 8601 text: a text served_at that does not parse is kept as `SERVED_AT_TEXT` and its row
-    is quarantined as invalid_served_at)."""
-    fields = {field.name: field.dataType for field in df.schema.fields}
-    columns = contract_columns(fields, what)
-    if isinstance(fields["served_at"], StringType):
-        df = df.withColumn(SERVED_AT_TEXT, F.col("served_at"))
-    return df.withColumns(columns)
-
-
-def contract_columns(fields: Mapping[str, DataType], what: str) -> dict[str, Column]:
-    """The contract's columns converted to its types, from a schema's {name: type}; a missing
-    column, or one of a type that cannot be read as the contract says, is an InputError
-    (`check_contract`)."""
-    return {name: convert(F.col(name)) for name, convert in check_contract(fields, what).items()}
-
-
-Conversion = Callable[[Column], Column]
-"""How a column is read into the contract's type: a function of the column, so that it can be
-chosen without a session."""
-
-
-def check_contract(fields: Mapping[str, DataType], what: str) -> dict[str, Conversion]:
-    """How each of the contract's columns is read from a schema's {name: type}, without a
-    session (the CLI checks local Parquet footers before Spark starts); a missing column, or one
-    of a type that cannot be read as the contract says, is an InputError."""
-    for name in ("request_id", "served_at", "results"):
-        if name not in fields:
-            found = ", ".join(sorted(set(fields) - {CORRUPT_RECORD})) or "none"
-            raise InputError(f"{what}: required column {name!r} is missing (found: {found})")
-    return {
-        "request_id": _string_conversion(fields["request_id"], "request_id", what),
-        "served_at": _timestamp_conversion(fields["served_at"], what),
-        "results": _results_conversion(fields["results"], what),
-    }
+def check_contract(fields: Mapping[str, DataType], source: ServedLogsInput, what: str) -> None:
+    """Whether data of this schema ({name: type}) reads as the contract in the configured names
+    and shape, without a session (the CLI checks local Parquet footers before Spark starts); an
+    InputError naming the data's column otherwise (`shapes.contract_plan`)."""
+    contract_plan(fields, what, LogShape.of(source))
 
 
 def read_clusters(spark: SparkSession, source: ClustersInput) -> ClusterSnapshot:
-    """The cluster table, at the pinned Delta version or at the latest one (recorded)."""
-    what = f"cluster table at {source.path}"
-    _require_path(source.path, what)
-    path = absolute(source.path)  # the history (SQL) and the read resolve it alike
+    """The cluster table, at the pinned Delta version or at the latest one (recorded), by path
+    or by name, its columns named as the contract names them (`inputs.clusters.columns`)."""
+    what = source.described
     try:
-        if source.format == "delta":
-            version = source.version
-            if version is None:
-                version = _latest_delta_version(spark, path)
-            df = spark.read.format("delta").option("versionAsOf", version).load(path)
+        if source.by_catalog:
+            df, version = _catalog_clusters(spark, source, what)
         else:
-            version = None
-            df = spark.read.parquet(path)
+            assert source.location is not None
+            _require_path(source.location, what)
+            path = absolute(source.location)  # the history (SQL) and the read resolve it alike
+            if source.data_format == "delta":
+                version = source.version
+                if version is None:
+                    version = _latest_delta_version(spark, delta_path_identifier(path), what)
+                df = spark.read.format("delta").option("versionAsOf", version).load(path)
+            else:
+                version = None
+                df = spark.read.parquet(path)
         fields = {field.name: field.dataType for field in df.schema.fields}
     except AnalysisException as exc:
         raise InputError(f"cannot read {what}: {first_line(exc)}") from None
+    mapped = source.columns.mapped()
+    columns = []
     for name in CLUSTERS.fieldNames():
-        if name not in fields:
+        own = mapped.get(name, name)
+        if own not in fields:
+            if name in mapped:
+                raise InputError(
+                    f"columns.{name}: no column {own!r} in the cluster table"
+                    f"{did_you_mean(own, list(fields))}"
+                )
             found = ", ".join(sorted(fields)) or "none"
-            raise InputError(f"{what}: required column {name!r} is missing (found: {found})")
-    df = df.select(
-        *[_as_string(fields[name], name, what).alias(name) for name in CLUSTERS.fieldNames()]
-    )
-    return ClusterSnapshot(df=df, version=version)
+            raise InputError(f"{what}: required column {own!r} is missing (found: {found})")
+        columns.append(_as_string(fields[own], own, what).alias(name))
+    return ClusterSnapshot(df=df.select(*columns), version=version)
+
+
+def _catalog_clusters(
+    spark: SparkSession, source: ClustersInput, what: str
+) -> tuple[DataFrame, int | None]:
+    """A cluster table the catalog names, and its Delta version (pinned, or the latest one);
+    None for a table that is not Delta (its files' listing is then its state)."""
+    name = source.table
+    assert name is not None
+    version = source.version
+    if version is None:
+        try:
+            version = _latest_delta_version(spark, name, what)
+        except AnalysisException as exc:
+            if _condition(exc) == "TABLE_OR_VIEW_NOT_FOUND":
+                raise InputError(f"{what}: the catalog has no table {name!r}") from None
+            if _condition(exc) != "DELTA_ONLY_OPERATION":
+                raise
+            return catalog_table(spark, name, what), None  # not a Delta table: no versions
+    try:
+        return spark.read.option("versionAsOf", version).table(name), version
+    except AnalysisException as exc:
+        if _condition(exc) == "TABLE_OR_VIEW_NOT_FOUND":
+            raise InputError(f"{what}: the catalog has no table {name!r}") from None
+        raise
+
+
+def catalog_table(spark: SparkSession, name: str, what: str) -> DataFrame:
+    """The table the session's catalog names so; an InputError naming it when it has none."""
+    try:
+        return spark.table(name)
+    except AnalysisException as exc:
+        if _condition(exc) == "TABLE_OR_VIEW_NOT_FOUND":
+            raise InputError(f"{what}: the catalog has no table {name!r}") from None
+        raise
+
+
+def _condition(exc: AnalysisException) -> str | None:
+    """The error's condition (class), e.g. TABLE_OR_VIEW_NOT_FOUND."""
+    getter = getattr(exc, "getCondition", None) or exc.getErrorClass
+    return getter()
 
 
 def clusters_state(spark: SparkSession, source: ClustersInput, clusters: ClusterSnapshot) -> str:
     """The cluster table's state, recorded beside every day computed from it: `v<version>` for a
     Delta table (the version read), else a hash of its file listing (path, size, mtime; on a
-    store logmetrics has no reader for, the names Spark reads)."""
+    store logmetrics has no reader for, or a table only the catalog places, the names Spark
+    reads)."""
     if clusters.version is not None:
         return f"v{clusters.version}"
-    root = storage.place(source.path)
+    root = storage.place(source.location) if source.location is not None else None
     if root is None:
-        storage.say_no_reader(source.path, "the cluster table's listing", "Spark lists its files")
-        files = sorted(spark.read.format(source.format).load(source.path).inputFiles())
+        if source.location is not None:
+            storage.say_no_reader(
+                source.location, "the cluster table's listing", "Spark lists its files"
+            )
+        files = sorted(clusters.df.inputFiles())
         return hashlib.sha256("\n".join(files).encode()).hexdigest()
     return parquet_listing_state(root)
 
@@ -367,12 +433,13 @@ def parquet_listing_state(root: Place) -> str:
     return hashlib.sha256("\n".join(entries).encode()).hexdigest()
 
 
-def _latest_delta_version(spark: SparkSession, path: str) -> int:
+def _latest_delta_version(spark: SparkSession, table: str, what: str) -> int:
+    """The latest version of a Delta table (a name, or ``delta.`/path` ``)."""
     # SQL, not DeltaTable.history: it runs on any Spark Connect server with Delta's extension.
-    history = spark.sql(f"DESCRIBE HISTORY {delta_path_identifier(path)} LIMIT 1")
+    history = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1")
     latest = history.select("version").first()
     if latest is None:  # a Delta table always has at least its creating commit
-        raise InputError(f"cluster table at {path}: the Delta log has no commits")
+        raise InputError(f"{what}: the Delta log has no commits")
     return int(latest[0])
 
 
@@ -555,71 +622,28 @@ def check_evaluation_inputs_exist(runs: dict[str, RunInput], judgments: Judgment
 
 
 def _as_string(data_type: DataType, name: str, what: str) -> Column:
-    return _string_conversion(data_type, name, what)(F.col(name))
-
-
-def _string_conversion(data_type: DataType, name: str, what: str) -> Conversion:
-    if isinstance(data_type, StringType):
-        return _as_is
-    if isinstance(data_type, IntegralType):
-        return lambda column: column.cast("string")
-    raise InputError(f"{what}: column {name!r} must be a string, found {data_type.simpleString()}")
-
-
-def _timestamp_conversion(data_type: DataType, what: str) -> Conversion:
-    if isinstance(data_type, TimestampType):
-        return _as_is
-    if isinstance(data_type, TimestampNTZType):  # wall-clock time, read as UTC
-        return lambda column: column.cast(TimestampType())
-    if isinstance(data_type, StringType):  # ISO 8601 text; null (then quarantined) if not
-        return F.try_to_timestamp
-    raise InputError(
-        f"{what}: column 'served_at' must be a timestamp, found {data_type.simpleString()}"
-    )
-
-
-def _results_conversion(data_type: DataType, what: str) -> Conversion:
-    element = data_type.elementType if isinstance(data_type, ArrayType) else None
-    if not isinstance(element, StructType):
-        raise InputError(
-            f"{what}: column 'results' must be array<struct<rank:int,chunk_id:string>>, "
-            f"found {data_type.simpleString()}"
-        )
-    entry = {field.name: field.dataType for field in element.fields}
-    for name in ("rank", "chunk_id"):
-        if name not in entry:
-            raise InputError(f"{what}: column 'results' has no field {name!r} in its entries")
-    if not isinstance(entry["rank"], IntegralType):
-        found = entry["rank"].simpleString()
-        raise InputError(f"{what}: column 'results.rank' must be an integer, found {found}")
-    if "tokens" in entry and not isinstance(entry["tokens"], NumericType):
-        found = entry["tokens"].simpleString()
-        raise InputError(f"{what}: column 'results.tokens' must be a number, found {found}")
-    if isinstance(entry["chunk_id"], StringType):
-        return _as_is
-    if not isinstance(entry["chunk_id"], IntegralType):
-        raise InputError(
-            f"{what}: column 'results.chunk_id' must be a string, "
-            f"found {entry['chunk_id'].simpleString()}"
-        )
-    return lambda column: F.transform(
-        column, lambda e: e.withField("chunk_id", e["chunk_id"].cast("string"))
-    )
-
-
-def _as_is(column: Column) -> Column:
-    return column
+    """The column called `name` as text (integer ids convert); an InputError otherwise."""
+    return string_conversion(data_type, name, what)(F.col(name))
 
 
 # --- partitions and paths -----------------------------------------------------------------
 
 
 def date_partition_column(source: ServedLogsInput) -> str | None:
-    if source.date_partition == "none" or source.format == "delta":
+    """The logs' date partition column: named by `date_partition`, or detected (`auto`) in the
+    directories of a path of files; a Delta table prunes its own partitions, and a table by
+    name is pruned only by a column `date_partition` names."""
+    if source.date_partition == "none":
         return None
     if source.date_partition != "auto":
-        return source.date_partition
-    return _detected_partition_column(source.path)
+        return (
+            None
+            if source.data_format == "delta" and not source.by_catalog
+            else (source.date_partition)
+        )
+    if source.data_format == "delta" or source.location is None:
+        return None
+    return _detected_partition_column(source.location)
 
 
 def _detected_partition_column(path: str) -> str | None:
@@ -661,9 +685,9 @@ def _partition_filter(
 def check_inputs_exist(inputs: InputsConfig) -> None:
     """Fail fast, before Spark starts, when an input path does not exist, or its store cannot be
     reached (`storage.check_exists`)."""
-    served_logs = inputs.logs()
-    _require_path(served_logs.path, f"served logs at {served_logs.path}")
-    _require_path(inputs.clusters.path, f"cluster table at {inputs.clusters.path}")
+    for source in (inputs.logs(), inputs.clusters):
+        if source.location is not None:
+            _require_path(source.location, source.described)
     if inputs.calibration is not None:
         _require_path(inputs.calibration.path, f"calibration at {inputs.calibration.path}")
 
@@ -712,6 +736,7 @@ def missing_ready_markers(
     if marker is None or not dates:
         return {}
     column = _marker_partition_column(source)
+    assert source.path is not None  # a marker needs a path (config)
     if column is None:
         raise InputError(
             f"served logs at {source.path}: inputs.served_logs.ready_marker is looked for in "
@@ -738,14 +763,14 @@ def _is_file(path: str) -> bool:
 def needs_spark_for_readiness(source: ServedLogsInput) -> bool:
     """Whether `missing_ready_markers` must look through Spark (a marker on a store
     logmetrics has no reader for)."""
-    return source.ready_marker is not None and storage.place(source.path) is None
+    return source.ready_marker is not None and storage.place(source.path or "") is None
 
 
 def _marker_partition_column(source: ServedLogsInput) -> str | None:
     """The date-partition column whose directories hold the markers, of any format."""
     if source.date_partition not in {"auto", "none"}:
         return source.date_partition
-    if source.date_partition == "none":
+    if source.date_partition == "none" or source.path is None:
         return None
     return _detected_partition_column(source.path)
 
