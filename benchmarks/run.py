@@ -20,6 +20,8 @@
    small-table nightly; their tables against the DuckDB reference's.
 8. The same nightly with everything on a real S3 server against local files
    (`benchmarks.object_storage`, `--repeats` rounds), and a skip of a done day on S3.
+9. The 90 days of top-10 lists renamed and exploded (`benchmarks.log_shapes`, `--repeats`
+   rounds): each against the contract's own shape, and that against the code before shapes.
 Exit 1 if a run failed or an output differs from the reference.
 """
 
@@ -40,6 +42,7 @@ from benchmarks import (
     big_clusters,
     eventlog,
     fixed_cost,
+    log_shapes,
     machine,
     measure,
     object_storage,
@@ -386,10 +389,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(big_clusters.record(big, args.results, args.readme))
     on_s3 = object_storage.run(argparse.Namespace(**{**vars(args), "rounds": args.repeats}))
     print(object_storage.record(on_s3, args.results, args.readme))
+    shapes = log_shapes.run(argparse.Namespace(**{**vars(args), "rounds": args.repeats}))
+    print(log_shapes.record(shapes, args.results, args.readme))
     failed = [f"{r.workload} {r.engine}" for r in records if not r.ok]
     failed += [label for label, summary in fixed["checkouts"].items() if not summary["ok"]]
     failed += [] if big_clusters.ok(big) else ["big-clusters"]
     failed += [] if object_storage.ok(on_s3) else ["object-storage"]
+    failed += [] if log_shapes.ok(shapes) else ["log-shapes"]
     wrong = [name for name, verdict in checks.items() if not verdict.get("ok")]
     if failed or wrong or not checks:
         log.error("failed runs: %s; outputs differing from the reference: %s", failed, wrong)

@@ -283,3 +283,40 @@ def test_the_big_table_generator_grows_the_corpus_with_unserved_chunks(tmp_path:
     lists = pq.read_table(data.served_logs, columns=["results"])["results"].to_pylist()
     served = {e["chunk_id"] for r in lists for e in r or [] if e["chunk_id"] is not None}
     assert served and all(int(c[len("chunk-") :]) < 20_000 for c in served)
+
+
+def test_the_log_shapes_copies_hold_the_same_requests() -> None:
+    """benchmarks.log_shapes' renamed copy is the nested lists under other names; its exploded
+    copy a row per entry in list order, an empty list one row without a chunk id, a null list
+    no row (docs/inputs.md's exploded shape)."""
+    import pyarrow as pa
+
+    from benchmarks.log_shapes import _exploded, _renamed
+
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    entry = pa.struct([("rank", pa.int32()), ("chunk_id", pa.string())])
+    table = pa.table(
+        {
+            "request_id": ["a", "b", "c", None],
+            "served_at": pa.array([at] * 4, pa.timestamp("us", "UTC")),
+            "results": pa.array(
+                [
+                    [{"rank": 2, "chunk_id": "x"}, {"rank": 1, "chunk_id": None}],
+                    [],
+                    None,
+                    [{"rank": 1, "chunk_id": "z"}],
+                ],
+                pa.list_(entry),
+            ),
+        }
+    )
+    assert [(r["qid"], r["position"], r["chunk"]) for r in _exploded(table).to_pylist()] == [
+        ("a", 2, "x"),
+        ("a", 1, None),
+        (None, 1, "z"),
+        ("b", None, None),
+    ]
+    renamed = _renamed(table).to_pylist()
+    assert [r["query_id"] for r in renamed] == ["a", "b", "c", None]
+    assert renamed[0]["hits"] == [{"doc": "x", "pos": 2}, {"doc": None, "pos": 1}]
+    assert renamed[2]["hits"] is None and renamed[1]["hits"] == []

@@ -1,0 +1,306 @@
+"""`python -m benchmarks.log_shapes` (also part of `make bench`): the 90 days of top-10 lists
+read as teams store them (docs/inputs.md, "Logs as they are"), against the contract's own shape.
+
+The data: `make bench`'s top-10 dataset (Parquet in `date=` partitions, the contract's names),
+and two copies of it written once beside it with pyarrow (bench-data/<dataset>-shapes/):
+- **renamed**: the same nested lists under a team's names: `query_id`, `ts`, `hits` of
+  `{doc, pos}` (read with `inputs.served_logs.columns`);
+- **exploded**: one row per served result (`qid`, `served`, `position`, `chunk`), an empty list
+  as one row without a chunk id (`shape: exploded`).
+
+Each of `--rounds` rounds runs, one process each, `logmetrics backfill` of the 90 days into a
+new warehouse with the project's defaults: **nested** (the contract's shape and names),
+**renamed**, **exploded**, and **nested-before** (the contract's logs through the code of
+`--before`, a commit before logs could be read as they are: the same .venv, its `src/` first on
+the path); the order flips each round. Reported: the medians, and the median of the rounds'
+ratios renamed / nested (target 1.05), exploded / nested (target 1.3) and nested /
+nested-before. The renamed, exploded and before runs' per-query and daily rows are checked
+against the nested run's (`benchmarks.check`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from benchmarks import machine, report
+from benchmarks.big_clusters import stage_args
+from benchmarks.datasets import REPO, Dataset, DatasetSpec, ensure_dataset
+from benchmarks.engines import Logmetrics, Workload, fresh_dir
+from benchmarks.measure import run_check, run_measured
+
+log = logging.getLogger("benchmarks")
+
+SPEC = DatasetSpec(
+    name="top10-90d-40000q-seed7",
+    start=dt.date(2026, 1, 1),
+    days=90,
+    queries_per_day=40_000,
+    seed=7,
+    list_length=10,
+)
+BEFORE = "f58a4a4"
+"""The last commit before logs could be read in other shapes and names."""
+RENAMED_COLUMNS = {"request_id": "query_id", "served_at": "ts", "results": "hits"}
+RENAMED_FIELDS = {"chunk_id": "doc", "rank": "pos"}
+EXPLODED_COLUMNS = {
+    "request_id": "qid",
+    "served_at": "served",
+    "rank": "position",
+    "chunk_id": "chunk",
+}
+KINDS = ("nested", "renamed", "exploded", "nested-before")
+TARGETS = {"renamed": 1.05, "exploded": 1.3}
+README_MARKERS = ("<!-- bench:log-shapes:start -->", "<!-- bench:log-shapes:end -->")
+
+
+def ensure_shapes(dataset: Dataset, data_root: Path) -> dict[str, Path]:
+    """The renamed and exploded copies of the dataset's logs, written once (a marker file
+    names the dataset they were made from)."""
+    root = data_root / f"{dataset.spec.name}-shapes"
+    marker = root / "_made_from"
+    if marker.exists() and marker.read_text() == dataset.spec.name:
+        return {"renamed": root / "renamed", "exploded": root / "exploded"}
+    log.info("log shapes: writing the renamed and exploded copies into %s", root)
+    fresh_dir(root)
+    for source in sorted(dataset.served_logs.rglob("*.parquet")):
+        relative = source.relative_to(dataset.served_logs)
+        table = pq.read_table(source, partitioning=None)
+        for kind, converted in (("renamed", _renamed(table)), ("exploded", _exploded(table))):
+            target = root / kind / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(converted, target)
+    marker.write_text(dataset.spec.name)
+    return {"renamed": root / "renamed", "exploded": root / "exploded"}
+
+
+def _renamed(table: pa.Table) -> pa.Table:
+    results = table.column("results").combine_chunks()
+    entries = results.flatten()
+    hits = pa.ListArray.from_arrays(
+        results.offsets,
+        pa.StructArray.from_arrays(
+            [pc.struct_field(entries, "chunk_id"), pc.struct_field(entries, "rank")],
+            names=["doc", "pos"],
+        ),
+        mask=results.is_null(),
+    )
+    columns = {RENAMED_COLUMNS.get(name, name): table.column(name) for name in table.column_names}
+    columns["hits"] = hits
+    return pa.table(columns)
+
+
+def _exploded(table: pa.Table) -> pa.Table:
+    """A row per entry of each list, the rows of a request in its list's order; an empty list
+    as one row without a chunk id; a null list as no row."""
+    results = table.column("results").combine_chunks()
+    parents = pc.list_parent_indices(results)
+    entries = results.flatten()
+    empty = pc.indices_nonzero(
+        pc.and_(pc.equal(pc.list_value_length(results), 0), results.is_valid())
+    )
+    rows = pa.concat_arrays([parents, empty.cast(parents.type)])
+    nulls = pa.nulls(len(empty))
+    return pa.table(
+        {
+            "qid": table.column("request_id").take(rows),
+            "served": table.column("served_at").take(rows),
+            "position": pa.concat_arrays(
+                [pc.struct_field(entries, "rank"), nulls.cast(pa.int32())]
+            ),
+            "chunk": pa.concat_arrays(
+                [pc.struct_field(entries, "chunk_id"), nulls.cast(pa.string())]
+            ),
+        }
+    )
+
+
+def _engines(shapes: dict[str, Path]) -> dict[str, Logmetrics]:
+    renamed = {**RENAMED_COLUMNS, **RENAMED_FIELDS}
+    return {
+        "nested": Logmetrics("nested"),
+        "renamed": Logmetrics(
+            "renamed",
+            {"inputs": {"served_logs": {"path": str(shapes["renamed"]), "columns": renamed}}},
+        ),
+        "exploded": Logmetrics(
+            "exploded",
+            {
+                "inputs": {
+                    "served_logs": {
+                        "path": str(shapes["exploded"]),
+                        "shape": "exploded",
+                        "columns": EXPLODED_COLUMNS,
+                    }
+                }
+            },
+        ),
+        "nested-before": Logmetrics("nested-before"),
+    }
+
+
+def _before_source(commit: str, out_dir: Path) -> Path:
+    """The `src/` of `commit`, exported under out_dir (once)."""
+    target = out_dir / f"src-{commit}"
+    if not (target / "src").is_dir():
+        fresh_dir(target)
+        archive = subprocess.run(
+            ["git", "archive", commit, "src"], cwd=REPO, check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target / "src"
+
+
+def time_rounds(
+    dataset: Dataset, shapes: dict[str, Path], out_dir: Path, rounds: int, before: Path
+) -> list[dict[str, Any]]:
+    workload = Workload("top10-90d", dataset, SPEC.days)
+    engines = _engines(shapes)
+    runs = []
+    for round_ in range(rounds):
+        order = list(KINDS) if round_ % 2 == 0 else list(reversed(KINDS))
+        for kind in order:
+            run_dir = out_dir / kind
+            command = engines[kind].prepare(workload, run_dir)
+            env = None
+            if kind == "nested-before":
+                command = [sys.executable, "-m", "logmetrics.cli", *command[1:]]
+                env = {**os.environ, "PYTHONPATH": str(before)}
+            measured = run_measured(
+                command, log=run_dir / "run.log", env=env, cwd=REPO, timeout_s=3600
+            )
+            runs.append(
+                {
+                    "round": round_,
+                    "kind": kind,
+                    "ok": measured.ok,
+                    "exit_code": measured.exit_code,
+                    "wall_s": measured.wall_s,
+                    "peak_tree_pss_gib": round(measured.peak_tree_pss / report.GIB, 3),
+                }
+            )
+            log.info(
+                "round %d/%d %s: %s %.1f s",
+                round_ + 1,
+                rounds,
+                kind,
+                "ok" if measured.ok else f"FAILED (exit {measured.exit_code}, {measured.log})",
+                measured.wall_s,
+            )
+    return runs
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians per kind, and the medians of the rounds' ratios against nested."""
+    out: dict[str, Any] = {"ok": all(r["ok"] for r in runs), "kinds": {}, "ratios": {}}
+    by_round: dict[int, dict[str, float]] = {}
+    for r in runs:
+        by_round.setdefault(r["round"], {})[r["kind"]] = r["wall_s"]
+    for kind in KINDS:
+        walls = [r["wall_s"] for r in runs if r["kind"] == kind]
+        out["kinds"][kind] = {
+            "wall_s": round(statistics.median(walls), 1),
+            "wall_s_all": walls,
+            "peak_tree_pss_gib": max(r["peak_tree_pss_gib"] for r in runs if r["kind"] == kind),
+        }
+    pairs = {
+        "renamed": ("renamed", "nested"),
+        "exploded": ("exploded", "nested"),
+        "nested / nested-before": ("nested", "nested-before"),
+    }
+    for name, (a, b) in pairs.items():
+        ratios = [w[a] / w[b] for w in by_round.values() if a in w and b in w]
+        out["ratios"][name] = {
+            "median": round(statistics.median(ratios), 3),
+            "all": [round(x, 3) for x in ratios],
+            "target": TARGETS.get(name),
+        }
+    return out
+
+
+def check_outputs(out_dir: Path, engines: dict[str, Logmetrics]) -> dict[str, Any]:
+    """The renamed, exploded and before runs' rows against the nested run's."""
+    expected = engines["nested"].outputs(out_dir / "nested")
+    comparisons = [
+        {"name": kind, "expected": expected, "actual": engines[kind].outputs(out_dir / kind)}
+        for kind in ("renamed", "exploded", "nested-before")
+    ]
+    return run_check(comparisons, out_dir, REPO)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    summary = results["summary"]
+    lines = [
+        f"Measured {results['generated_at']} on {results['machine_line']}, commit "
+        f"{results['commit']}: `logmetrics backfill` of the 90 days of top-10 lists (35.9M "
+        f"served results), medians of {results['parameters']['rounds']} rounds (the four runs "
+        "in turn, the order flipped each round), peak PSS of the process tree.",
+        "",
+        "| logs | wall | peak PSS |",
+        "|---|---:|---:|",
+    ]
+    for kind, k in summary["kinds"].items():
+        lines.append(f"| {kind} | {k['wall_s']:.1f} s | {k['peak_tree_pss_gib']:.2f} GiB |")
+    lines += ["", "| ratio (median of the rounds') | value | target |", "|---|---:|---:|"]
+    for name, ratio in summary["ratios"].items():
+        target = "-" if ratio["target"] is None else f"{ratio['target']:.2f}"
+        shown = name if "/" in name else f"{name} / nested"
+        lines.append(f"| {shown} | {ratio['median']:.3f} | {target} |")
+    checks = results.get("checks", {})
+    if checks:
+        verdicts = ", ".join(
+            f"{name}: {'equal' if v.get('ok') else 'DIFFERENT'}" for name, v in checks.items()
+        )
+        lines += ["", f"Per-query and daily rows against the nested run's: {verdicts}."]
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    out_dir = args.out_dir / "log-shapes"
+    dataset = ensure_dataset(SPEC, args.data_dir)
+    shapes = ensure_shapes(dataset, args.data_dir)
+    before = _before_source(getattr(args, "before", BEFORE), out_dir)
+    runs = time_rounds(dataset, shapes, out_dir, args.rounds, before)
+    return {
+        "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine_line": machine.summary_line(machine.describe(REPO)),
+        "commit": machine.git_commit(REPO),
+        "parameters": {"rounds": args.rounds, "dataset": SPEC.marker(), "before": BEFORE},
+        "summary": summarize(runs),
+        "checks": check_outputs(out_dir, _engines(shapes)),
+        "runs": runs,
+    }
+
+
+def record(results: dict[str, Any], results_file: Path, readme: Path) -> str:
+    return report.record_section(
+        results, "log_shapes", markdown(results), results_file, readme, README_MARKERS
+    )
+
+
+def ok(results: dict[str, Any]) -> bool:
+    checks = results["checks"]
+    return bool(results["summary"]["ok"] and checks and all(v.get("ok") for v in checks.values()))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = stage_args(argv, "log_shapes", __doc__)
+    results = run(args)
+    print(record(results, args.results, args.readme))
+    return 0 if ok(results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
