@@ -290,7 +290,6 @@ def test_the_log_shapes_copies_hold_the_same_requests() -> None:
     copy a row per entry in list order, an empty list one row without a chunk id, a null list
     no row (docs/inputs.md's exploded shape)."""
     import pyarrow as pa
-
     from benchmarks.log_shapes import _exploded, _renamed
 
     at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
