@@ -36,10 +36,13 @@ from pyspark.sql.types import (
 from logmetrics.config import ServedLogsInput
 from logmetrics.console import did_you_mean
 from logmetrics.errors import InputError
-from logmetrics.schemas import PARTITION_DATE, SERVED_AT_TEXT
+from logmetrics.schemas import PARTITION_DATE, SERVED_AT_TEXT, SERVED_LOGS
 
 ENTRY_FIELDS = ("rank", "chunk_id", "tokens")
 """The contract's fields of a result entry: columns of their own in the exploded shape."""
+
+REQUEST_COLUMNS = tuple(name for name in SERVED_LOGS.names if name != "results")
+"""The contract's columns of a request in every shape: request_id, served_at."""
 
 ROW_ORDER = "_row_order"
 """The exploded shape's order of the rows as stored (file, then position in it): the position
@@ -87,7 +90,7 @@ class LogShape:
     def read_columns(self) -> tuple[str, ...]:
         """The contract's names of the top-level columns this shape reads."""
         listed = ENTRY_FIELDS if self.exploded else ("results",)
-        return ("request_id", "served_at", *listed)
+        return (*REQUEST_COLUMNS, *listed)
 
     def data_columns(self) -> set[str]:
         """The data's names of the columns the contract is read from."""

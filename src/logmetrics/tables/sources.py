@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +62,6 @@ from logmetrics.tables import storage
 from logmetrics.tables.delta_paths import absolute, delta_path_identifier, local_path
 from logmetrics.tables.shapes import (
     JSON_SAMPLE_LINES,
-    NESTED,
     LogShape,
     check_json_names,
     contract_plan,
@@ -151,10 +150,6 @@ def read_served_logs(
 CORRUPT_RECORD = "_corrupt_record"
 """The column Spark's JSON reader fills with a line that does not parse (or does not fit the
 read schema); such lines are found by `file_scan` and never reach the metrics."""
-
-JSON_LOGS = json_schema(NESTED)
-"""What JSON-lines logs of the contract's own names and shape are read as: the contract, at
-its widest lossless types."""
 
 
 def load_raw_served_logs(
@@ -317,13 +312,6 @@ def filter_served_between(logs_df: DataFrame, start: dt.date, end: dt.date) -> D
         undated = served.isNull() & F.col(PARTITION_DATE).between(F.lit(start), F.lit(end))
         in_window = in_window | undated
     return logs_df.where(in_window)
-
-
-def check_contract(fields: Mapping[str, DataType], source: ServedLogsInput, what: str) -> None:
-    """Whether data of this schema ({name: type}) reads as the contract in the configured names
-    and shape, without a session (the CLI checks local Parquet footers before Spark starts); an
-    InputError naming the data's column otherwise (`shapes.contract_plan`)."""
-    contract_plan(fields, what, LogShape.of(source))
 
 
 def read_clusters(spark: SparkSession, source: ClustersInput) -> ClusterSnapshot:
