@@ -1,7 +1,7 @@
 """A deploy README's bash blocks as a shell reads them: in order, comments dropped, a line ending
 in `\\` joined to the next, `cd` and `export` applied; every other line a `Command`, with the
-directory it runs in and the variables exported before it. test_databricks_readme.py and
-test_airflow_readme.py run what can run here and check the rest against what it names, so a
+directory it runs in and the variables exported before it. test_readme_databricks.py and
+test_readme_airflow.py run what can run here and check the rest against what it names, so a
 README and the files it deploys cannot drift apart. Needs only the standard library."""
 
 from __future__ import annotations

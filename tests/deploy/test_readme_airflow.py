@@ -10,11 +10,16 @@ constraints-spark40.txt pin.
 
 With Airflow (`make test-deploy`): each `airflow` command parsed by Airflow's own command line;
 `make wheel` run, its wheel the one the steps install and upload, the upload played on the
-bundle README's workspace (tests/deploy/test_databricks_readme.py) into the volume the Variable
+bundle README's workspace (tests/deploy/test_readme_databricks.py) into the volume the Variable
 names; the Databricks tasks rendered with the Variables of the databricks path; and the spark
 submit path's Variables set as written into Airflow's database, then the README's backfill
 trigger run through `dag.test()` with a stand-in `spark-submit` on the PATH that records what
-it was given (Delta's jar for Spark 4.0 among it)."""
+it was given (Delta's jar for Spark 4.0 among it).
+
+The module is named to run after test_nightly_end_to_end.py (pytest takes a folder's files in
+order): its `dag.test()` writes a second version of the backfill DAG (its own Assets, none of
+the end-to-end warehouse's) and a run into the metadata database those runs share, which their
+DAG runs would then find beside their own."""
 
 from __future__ import annotations
 
@@ -222,8 +227,8 @@ def test_the_wheel_is_the_one_the_steps_install_and_upload(wheel: Path) -> None:
 def test_the_databricks_path_uploads_where_its_variables_point(wheel: Path) -> None:
     """On the workspace the bundle README's steps leave (its config uploaded), step 4's volume
     and upload run, and the Variables name the uploaded wheel and the uploaded config."""
-    from test_databricks_readme import BUNDLE_DIR, deploy
-    from test_databricks_readme import README as BUNDLE_README
+    from test_readme_databricks import BUNDLE_DIR, deploy
+    from test_readme_databricks import README as BUNDLE_README
 
     workspace = deploy(BUNDLE_README, yaml.safe_load((BUNDLE_DIR / "databricks.yml").read_text()))
     for command in commands(step(4)):
