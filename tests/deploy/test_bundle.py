@@ -16,7 +16,7 @@ import importlib.util
 import json
 import re
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ SAMPLE_SUBSTITUTIONS = {
     "bundle.name": "logmetrics",
 }
 SAMPLE_REQUIRED_VARIABLES = {
+    "node_type": "Standard_E4ds_v5",
     "failure_webhook_id": "0c6a5f0e-1d1b-4c43-9d5e-5a2d1e7b9f10",
     "service_principal": "6f1d2e3c-4b5a-6978-8a9b-0c1d2e3f4a5b",
     "warehouse_id": "1a2b3c4d5e6f7a8b",
@@ -357,16 +358,30 @@ def test_backfill_passes_its_job_parameters(bundle: dict[str, Any]) -> None:
 # --- Databricks' typed models (make test-deploy) -------------------------------------------
 
 
-def substituted(bundle: dict[str, Any], target: str) -> dict[str, Any]:
-    """The bundle as `target` deploys it, ${...} references replaced: a variable by the
-    target's value, else its default, else a sample (variables without a default); the CLI's
-    own substitutions by samples. Job parameters and {{...}} references stay: Databricks
-    resolves them when a run starts."""
-    values = {name: spec.get("default") for name, spec in bundle["variables"].items()}
+def variable_values(
+    bundle: dict[str, Any], target: str, given: Mapping[str, str]
+) -> dict[str, Any]:
+    """Each variable's value for `target` as the CLI resolves it: `given` (`--var`,
+    `BUNDLE_VAR_<name>`) over the target's `variables` over the defaults. A name not declared,
+    or a variable left without a value (the CLI stops on it), fails with the names."""
+    declared = bundle["variables"]
+    assert set(given) <= set(declared), f"not variables of the bundle: {set(given) - set(declared)}"
+    values = {name: spec.get("default") for name, spec in declared.items()}
     values.update(bundle["targets"][target].get("variables", {}))
-    missing = {name for name, value in values.items() if value is None}
-    assert missing == set(SAMPLE_REQUIRED_VARIABLES), missing
-    values.update(SAMPLE_REQUIRED_VARIABLES)
+    values.update(given)
+    missing = sorted(name for name, value in values.items() if value is None)
+    assert not missing, f"target {target}: no value for {', '.join(missing)}"
+    return values
+
+
+def substituted(
+    bundle: dict[str, Any], target: str, given: Mapping[str, str] = SAMPLE_REQUIRED_VARIABLES
+) -> dict[str, Any]:
+    """The bundle as `target` deploys it, ${...} references replaced: a variable by `given`'s
+    value, else the target's, else its default (`given` by default samples for the variables
+    without a default); the CLI's own substitutions by samples. Job parameters and {{...}}
+    references stay: Databricks resolves them when a run starts."""
+    values = variable_values(bundle, target, given)
     known = {**{f"var.{k}": str(v) for k, v in values.items()}, **SAMPLE_SUBSTITUTIONS}
     known["bundle.target"] = target
     reference = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
@@ -389,18 +404,23 @@ def substituted(bundle: dict[str, Any], target: str) -> dict[str, Any]:
     return result
 
 
-def check_with_databricks_models(bundle: dict[str, Any]) -> dict[str, int]:
-    """Load every job of every target through `databricks.bundles.jobs.Job.from_dict`, every
-    dashboard through `databricks.bundles.dashboards.Dashboard.from_dict`, and prod's run_as
-    through `JobRunAs`; raises on an unknown, misplaced or mistyped field. Returns the number
-    of jobs and of dashboards loaded."""
+def check_with_databricks_models(
+    bundle: dict[str, Any],
+    given: Mapping[str, str] = SAMPLE_REQUIRED_VARIABLES,
+    targets: Iterable[str] | None = None,
+) -> dict[str, int]:
+    """Load every job of every target (or of `targets`), its variables `given` (`substituted`),
+    through `databricks.bundles.jobs.Job.from_dict`, every dashboard through
+    `databricks.bundles.dashboards.Dashboard.from_dict`, and prod's run_as through `JobRunAs`;
+    raises on an unknown, misplaced or mistyped field. Returns the number of jobs and of
+    dashboards loaded."""
     jobs_models = pytest.importorskip(
         "databricks.bundles.jobs", reason="databricks-bundles is in make test-deploy's venv"
     )
     dashboards_models = pytest.importorskip("databricks.bundles.dashboards")
     loaded = {"jobs": 0, "dashboards": 0}
-    for target in bundle["targets"]:
-        resolved = substituted(bundle, target)
+    for target in bundle["targets"] if targets is None else targets:
+        resolved = substituted(bundle, target, given)
         for job in resolved["resources"]["jobs"].values():
             jobs_models.Job.from_dict(job)
             loaded["jobs"] += 1
@@ -411,6 +431,14 @@ def check_with_databricks_models(bundle: dict[str, Any]) -> dict[str, int]:
         if resolved["run_as"] is not None:
             jobs_models.JobRunAs.from_dict(resolved["run_as"])
     return loaded
+
+
+def test_the_samples_are_the_variables_without_a_default(bundle: dict[str, Any]) -> None:
+    """What every deploy must give, among them the node type: it is the cloud's (an AWS type
+    fails on an Azure or Google Cloud workspace), so no default picks one."""
+    required = {name for name, spec in bundle["variables"].items() if "default" not in spec}
+    assert required == set(SAMPLE_REQUIRED_VARIABLES)
+    assert "node_type" in required
 
 
 def test_every_job_and_dashboard_loads_into_databricks_typed_models(

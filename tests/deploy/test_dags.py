@@ -8,7 +8,6 @@ imports logmetrics: the Airflow venv has none of its dependencies.
 
 from __future__ import annotations
 
-import ast
 import datetime as dt
 import os
 import re
@@ -40,11 +39,13 @@ from airflow.serialization.encoders import coerce_to_core_timetable
 from airflow.serialization.serialized_objects import DagSerialization
 from airflow.timetables.base import DataInterval, TimeRestriction
 from published import PUBLISHED, downstream_dag_source
+from source_constants import string_constants
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_FOLDER = REPO / "deploy" / "airflow" / "dags"
 CONFIG = "/etc/logmetrics/prod.yaml"
 WHEEL = "/Volumes/main/logmetrics/wheels/logmetrics-0.1.0-py3-none-any.whl"
+NODE_TYPE = "Standard_E4ds_v5"  # an Azure workspace's
 UTC = dt.UTC
 RANGE = {"start": "2026-03-01", "end": "2026-03-14"}
 BACKFILL_ARGS = ["--config", CONFIG, "--start", "2026-03-01", "--end", "2026-03-14"]
@@ -64,12 +65,14 @@ def dags() -> dict[str, Any]:
 
 @pytest.fixture
 def variables(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """The Variables a deployment sets (the config path and the wheel); others keep defaults."""
+    """The Variables a deployment sets (the config path, the wheel and the node type); others
+    keep defaults."""
     for key in list(os.environ):
         if key.startswith("AIRFLOW_VAR_LOGMETRICS_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("AIRFLOW_VAR_LOGMETRICS_CONFIG", CONFIG)
     monkeypatch.setenv("AIRFLOW_VAR_LOGMETRICS_DATABRICKS_WHEEL", WHEEL)
+    monkeypatch.setenv("AIRFLOW_VAR_LOGMETRICS_DATABRICKS_NODE_TYPE", NODE_TYPE)
     return monkeypatch
 
 
@@ -459,7 +462,7 @@ def test_nightly_databricks_renders_the_same_run(
     assert task.json["libraries"] == [{"whl": WHEEL}]
     assert task.json["new_cluster"] == {
         "spark_version": "17.3.x-scala2.13",
-        "node_type_id": "i3.xlarge",
+        "node_type_id": NODE_TYPE,
         "num_workers": "2",
         "data_security_mode": "SINGLE_USER",
     }
@@ -479,12 +482,27 @@ def test_nightly_defaults_without_variables(
     assert task._conn_id == "spark_default"
 
 
-def test_databricks_without_a_wheel_variable_fails_to_render(
+@pytest.mark.parametrize("key", ["logmetrics_databricks_wheel", "logmetrics_databricks_node_type"])
+def test_databricks_without_a_wheel_or_node_type_variable_fails_to_render(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch, key: str
+) -> None:
+    """No default for either: the node type is the workspace's cloud's (an AWS type fails on
+    Azure or Google Cloud)."""
+    variables.delenv(f"AIRFLOW_VAR_{key.upper()}")
+    with pytest.raises(AirflowRuntimeError, match=f"Variable {key} not found"):
+        render(nightly_ti(dags, "databricks", dt.date(2026, 3, 14)))
+
+
+def test_spark_submit_takes_delta_from_its_variable(
     dags: dict[str, Any], variables: pytest.MonkeyPatch
 ) -> None:
-    variables.delenv("AIRFLOW_VAR_LOGMETRICS_DATABRICKS_WHEEL")
-    with pytest.raises(AirflowRuntimeError, match="Variable logmetrics_databricks_wheel not found"):
-        render(nightly_ti(dags, "databricks", dt.date(2026, 3, 14)))
+    """A Spark 4.0 cluster is a Variable, not an edit of the file: its Delta jar reaches the
+    spark-submit command line of the run and the alerts tasks."""
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_DELTA_PACKAGE", "io.delta:delta-spark_2.13:4.0.1")
+    for task_id in ("spark_submit", "spark_submit_alerts"):
+        task, _ = render(nightly_ti(dags, task_id, dt.date(2026, 3, 14)))
+        command = spark_submit_command(task, variables)
+        assert command[command.index("--packages") + 1] == "io.delta:delta-spark_2.13:4.0.1"
 
 
 def test_manual_nightly_run_computes_the_last_complete_day(
@@ -710,36 +728,9 @@ def test_backfill_rejects_missing_or_malformed_dates(
 # --- what the DAGs name must exist in the repo ------------------------------------------------
 
 
-def _string_constants(path: Path) -> dict[str, str]:
-    """Module-level NAME = "..." and NAME = f"...{OTHER}..." assignments, evaluated."""
-    values: dict[str, str] = {}
-    for node in ast.parse(path.read_text()).body:
-        if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)):
-            continue
-        value = node.value
-        if isinstance(value, ast.Constant) and isinstance(value.value, str):
-            values[node.targets[0].id] = value.value
-        elif isinstance(value, ast.JoinedStr):
-            parts = []
-            for part in value.values:
-                if isinstance(part, ast.Constant):
-                    parts.append(str(part.value))
-                elif (
-                    isinstance(part, ast.FormattedValue)
-                    and isinstance(part.value, ast.Name)
-                    and part.value.id in values
-                ):
-                    parts.append(values[part.value.id])
-                else:  # a name computed at import (SPARK_LINE): not a constant
-                    break
-            else:
-                values[node.targets[0].id] = "".join(parts)
-    return values
-
-
 def test_delta_package_is_the_one_logmetrics_uses() -> None:
-    from_dags = _string_constants(DAG_FOLDER / "logmetrics_dags.py")["DELTA_PACKAGE"]
-    from_session = _string_constants(REPO / "src" / "logmetrics" / "session.py")["DELTA_PACKAGE"]
+    from_dags = string_constants(DAG_FOLDER / "logmetrics_dags.py")["DELTA_PACKAGE"]
+    from_session = string_constants(REPO / "src" / "logmetrics" / "session.py")["DELTA_PACKAGE"]
     assert from_dags == from_session
 
 

@@ -57,9 +57,11 @@ from airflow.sdk import (
 )
 from airflow.sdk.exceptions import AirflowFailException
 
-# Same value as logmetrics.session.DELTA_PACKAGE (tests/deploy/test_dags.py checks they match).
-# Under spark-submit logmetrics uses the session it is given, so the jar and Delta's two session
-# settings are passed here.
+# Under spark-submit logmetrics uses the session it is given, so Delta's jar and its two session
+# settings are passed here. The jar is the cluster's Spark line's: the Variable
+# logmetrics_delta_package names it (deploy/airflow/README.md: `io.delta:delta-spark_2.13:4.0.1`
+# on Spark 4.0), by default the one for Spark 4.1, logmetrics.session.DELTA_PACKAGE
+# (tests/deploy/test_dags.py checks they match). The two settings are the same on both lines.
 DELTA_PACKAGE = "io.delta:delta-spark_4.1_2.13:4.3.1"
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -227,7 +229,7 @@ def _spark_submit(task_id: str, script: str, args: list[str], name: str, **kwarg
         conn_id=_var("logmetrics_spark_conn_id", "spark_default"),
         application=_var("logmetrics_jobs_dir", "jobs") + f"/{script}",
         application_args=args,
-        packages=DELTA_PACKAGE,
+        packages=_var("logmetrics_delta_package", DELTA_PACKAGE),
         conf=DELTA_CONF,
         name=name,
         **kwargs,
@@ -243,7 +245,8 @@ def _databricks(task_id: str, command: str, args: list[str], name: str, **kwargs
             "run_name": name,
             "new_cluster": {
                 "spark_version": _var("logmetrics_databricks_spark_version", "17.3.x-scala2.13"),
-                "node_type_id": _var("logmetrics_databricks_node_type", "i3.xlarge"),
+                # Cloud-specific, so no default: an AWS type fails on Azure or Google Cloud.
+                "node_type_id": _var("logmetrics_databricks_node_type"),
                 "num_workers": _var("logmetrics_databricks_num_workers", "2"),
                 "data_security_mode": "SINGLE_USER",  # Unity Catalog access (volumes, tables)
             },
