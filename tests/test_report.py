@@ -758,10 +758,11 @@ def test_the_calibration_note_is_said_once(hand_page: str) -> None:
     assert "None published (inputs.calibration)" in _section(hand_page, "calibration")
 
 
-def test_alerts_are_listed_by_day_segment_k_then_statistic(tmp_path: Path) -> None:
-    """The alerts table in the order people read it: by day, all traffic first, then by
-    segment value, k and statistic: k=10's rows after every row of k=5, never between them
-    (k=10's mean sat between k=5's mean and share). The page lists them so."""
+def test_alerts_are_listed_by_day_segment_k_then_statistic() -> None:
+    """The alerts table (the page lists this frame's rows as they are) in the order people
+    read it: by day, all traffic first, then by segment value, k and statistic: k=10's rows
+    after every row of k=5, never between them (k=10's mean sat between k=5's mean and
+    share)."""
     share = "share_at_or_below_threshold"
     fired = [
         (D2, "surface", "app", 10, "mean", "alert", 2.0, 3.0),
@@ -783,13 +784,6 @@ def test_alerts_are_listed_by_day_segment_k_then_statistic(tmp_path: Path) -> No
         list(zip(shown.metric_date, shown.segment_value, shown.k, shown.statistic, strict=True))
         == order
     )
-    table = _section(render(data, tmp_path / "r").read_text(), "alerts")
-    cells = [
-        re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)
-    ]
-    assert [(c[0], c[2], c[3], c[4]) for c in cells[1:]] == [
-        (str(day), value, str(k), statistic) for day, value, k, statistic in order
-    ]
 
 
 def test_text_is_left_aligned_under_its_header_and_numbers_right(rendered: Path) -> None:
