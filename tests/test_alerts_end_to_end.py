@@ -264,7 +264,9 @@ def test_alerts_command_exit_codes_and_output(
     assert f"ALERT {REGRESSED} surface=app k=10 share_at_or_below_threshold: " in out
     assert f"IMPROVEMENT {IMPROVED} surface=web k=10 mean: " in out
     assert all(" vs baseline " in line and " ± " in line for line in lines)
-    # Under each alert, its day's top 5 crowding keys of its k and segment row, in rank order.
+    # Right below each alert, its day's top 5 crowding keys of its k and segment row, in rank
+    # order; an alert of the same row with the same keys after it (the share after the mean)
+    # says they are those above.
     crowding = _table(spark, built["warehouse"], "unique_clusters_crowding")
     top = crowding[
         (crowding.metric_date == REGRESSED)
@@ -272,7 +274,7 @@ def test_alerts_command_exit_codes_and_output(
         & (crowding.segment_value == "app")
         & (crowding["rank"] <= 5)
     ].sort_values("rank")
-    block = out.split(f"ALERT {REGRESSED} surface=app k=10 share_at_or_below_threshold: ")[1]
+    block = out.split(f"ALERT {REGRESSED} surface=app k=10 ")[1]
     culprits = block.splitlines()[1:6]
     assert len(top) == 5 and [c.split(":")[0] for c in culprits] == [
         f"  #{r.rank} cluster {r.cluster_id}" if r.cluster_id else f"  #{r.rank} chunk {r.chunk_id}"
@@ -357,16 +359,17 @@ def test_the_planted_floods_are_the_alerts_top_culprits(
         ("surface", "app"),
     )
     assert [r["cluster_id"] for r in expected] == [f.cluster_id for f in FLOODS]
-    # Both statistics alert, and their culprits (the same keys) are listed once, below the last,
-    # never among the baseline days' keys (mean 0 there, and new), each with its price: the logs
-    # carry no `tokens`, so 510 tokens a slot at 3 USD per million (the defaults), written as in
-    # the README's example (0.42M / 42.3k / 510 tokens).
+    # Both statistics alert, and their culprits (the same keys) are listed once, right below
+    # the first (the mean), the share's line saying they are those above; never among the
+    # baseline days' keys (mean 0 there, and new), each with its price: the logs carry no
+    # `tokens`, so 510 tokens a slot at 3 USD per million (the defaults), written as in the
+    # README's example (0.42M / 42.3k / 510 tokens).
     lines = out.splitlines()
     head = f"ALERT {REGRESSED} surface=app k=10 "
     heads = [i for i, line in enumerate(lines) if line.startswith(head)]
     assert [lines[i].split()[4] for i in heads] == ["mean:", "share_at_or_below_threshold:"]
-    assert heads[1] == heads[0] + 1
-    assert lines[heads[1] + 1 : heads[1] + 4] == [
+    assert heads[1] == heads[0] + 6 and lines[heads[1]].endswith("; culprits as above")
+    assert lines[heads[0] + 1 : heads[0] + 4] == [
         f"  #{r['rank']} cluster {r['cluster_id']}: {r['redundant_slots']} redundant slots, "
         f"{_tokens(r['redundant_slots'] * 510)} tokens, "
         f"{r['redundant_slots'] * 510 * 3.0 / 1e6:.2f} USD "

@@ -451,7 +451,7 @@ def eval_inputs(spark: SparkSession, tmp_path: Path) -> dict[str, Path]:
     judgments = [(SEED_QUERY.replace(" ", "_"), c, g) for _, c, g in SEED_JUDGMENTS]
     judgments += [(SEED_QUERY.replace(" ", "_"), "fresh-1", 2), ("q2", "a", 1), ("q2", "b", 0)]
     judgments += [("q3", "none", 0)]  # a judged query with no relevant judgment
-    original += [("q2", "a", 1), ("q2", "b", 2)]
+    original += [("q2", "a", 1), ("q2", "b", 2), ("q4", "a", 1)]  # q4: judged nowhere
     deduplicated += [("q2", "b", 1), ("q2", "a", 2)]
     clusters = tmp_path / "clusters"
     spark.createDataFrame(SEED_CLUSTERS, CLUSTER_SCHEMA).write.parquet(str(clusters))
@@ -492,8 +492,13 @@ def test_evaluate_end_to_end(
     assert main(["evaluate", "--config", str(config)]) == 0
     out = capsys.readouterr().out
     assert "dedup vs original (paired randomisation test, two-sided):" in out
-    assert "1 query judged without a relevant judgment: left out of the averages" in out
-    assert "2 queries with a relevant judgment evaluated" in out
+    # The count the README promises, said once: q3 (judged only as not relevant) and q4 (in
+    # a run, never judged) are left out.
+    assert out.splitlines()[0] == (
+        "2 queries with a relevant judgment evaluated; 2 without one left out of the averages "
+        "(1 judged only as not relevant, 1 not judged)"
+    )
+    assert out.count("left out") == 1
     lines = {line.split()[0]: line.split() for line in out.splitlines() if "@" in line}
     # unique_clusters@10: original 5 (seed query) and 2 (q2) -> 3.5; dedup 7 and 2 -> 4.5
     assert lines["unique_clusters@10"][1:4] == ["3.5000", "4.5000", "+1.0000"]

@@ -23,8 +23,14 @@ from logmetrics import cli
 from logmetrics.config import AlertsConfig, OutputConfig, load_config
 from logmetrics.quality.gx_suite import CHECKS, GUARDS
 from logmetrics.report import load_report_data, render
-from logmetrics.report.figures import FIGURE_DPI, FIGURE_SIZE, alert_marks
-from logmetrics.report.frames import build_report_data
+from logmetrics.report.figures import (
+    BAND_ALPHA,
+    FIGURE_DPI,
+    FIGURE_SIZE,
+    alert_marks,
+    draw_median_bands,
+)
+from logmetrics.report.frames import ALERT_COLUMNS, build_report_data
 from logmetrics.schemas import ALERTS, CROWDING, DAILY, DATA_QUALITY, K_SWEEP, REDUNDANCY_COST
 from logmetrics.tables.catalog import (
     ALERTS_TABLE,
@@ -715,8 +721,8 @@ def test_tables_wrap_headers_at_underscores_and_never_break_a_value(rendered: Pa
     assert re.search(r"th, td \{[^}]*white-space: nowrap", css)
     assert re.search(r"td\.prose \{[^}]*white-space: normal", css)
     crowding = _section(page, "crowding_2026-10-02_all_k3")
-    assert "<th>share_<wbr>of_<wbr>redundant_<wbr>slots</th>" in crowding
-    headers = re.findall(r"<th>([^<]*)", crowding)
+    assert '<th class="num">share_<wbr>of_<wbr>redundant_<wbr>slots</th>' in crowding
+    headers = re.findall(r"<th(?: [^>]*)?>([^<]*)", crowding)
     assert headers[:2] == ["rank", "cluster_"] and "metric_" not in headers
     assert "<td>c01</td>" in crowding
 
@@ -735,7 +741,10 @@ def test_tables_round_floats_to_3_significant_digits(hand_page: str) -> None:
     """Floats to 3 significant digits; counts, dates and text as they are."""
     mean = _section(hand_page, "mean")
     # D2, k=10: [0, 1, 3, 2] -> 13/6 = 2.1666...; 6 queries.
-    assert "<td>2026-10-02</td><td>10</td><td>6</td><td>2.17</td>" in mean
+    assert (
+        '<td>2026-10-02</td><td class="num">10</td><td class="num">6</td><td class="num">2.17</td>'
+        in mean
+    )
     assert "2.1666" not in hand_page and "2.167" not in hand_page
     assert ">0.667<" in _section(hand_page, "share_at_or_below_threshold")  # 4/6, k=10, D2
     listed = _section(hand_page, "alerts")
@@ -747,6 +756,103 @@ def test_the_calibration_note_is_said_once(hand_page: str) -> None:
     """No calibration published: one note, not one under every time series."""
     assert hand_page.count("inputs.calibration") == 1
     assert "None published (inputs.calibration)" in _section(hand_page, "calibration")
+
+
+def test_alerts_are_listed_by_day_segment_k_then_statistic() -> None:
+    """The alerts table (the page lists this frame's rows as they are) in the order people
+    read it: by day, all traffic first, then by segment value, k and statistic: k=10's rows
+    after every row of k=5, never between them (k=10's mean sat between k=5's mean and
+    share)."""
+    share = "share_at_or_below_threshold"
+    fired = [
+        (D2, "surface", "app", 10, "mean", "alert", 2.0, 3.0),
+        (D2, "surface", "app", 5, share, "alert", 0.9, 0.8),
+        (D2, "all", "all", 5, share, "alert", 0.9, 0.8),
+        (D2, "surface", "app", 5, "mean", "alert", 1.0, 2.0),
+        (D2, "index_version", "v1", 5, "mean", "alert", 1.0, 2.0),
+        (D1, "surface", "web", 10, "mean", "improvement", 3.0, 2.0),
+        (D2, "all", "all", 5, "mean", "alert", 1.0, 2.0),
+        (D2, "surface", "app", 10, share, "ok", 0.5, 0.5),
+    ]
+    alerts = _frame_of([_alert_row(r) for r in fired], ALERTS)[ALERT_COLUMNS]  # as read
+    data = build_report_data(HAND_DAILY, None, None, None, D0, D3, alerts=alerts)
+    order = [(D1, "web", 10, "mean"), (D2, "all", 5, "mean"), (D2, "all", 5, share)]
+    order += [(D2, "v1", 5, "mean"), (D2, "app", 5, "mean"), (D2, "app", 5, share)]
+    order += [(D2, "app", 10, "mean")]
+    shown = data.alerts
+    assert (
+        list(zip(shown.metric_date, shown.segment_value, shown.k, shown.statistic, strict=True))
+        == order
+    )
+
+
+def test_text_is_left_aligned_under_its_header_and_numbers_right(rendered: Path) -> None:
+    """A column of text (dates, names, booleans) and its header are left-aligned, a column of
+    numbers and its header right-aligned (class `num`): the headers of segment and statistic
+    stood right-aligned over left-reading text."""
+    page = rendered.read_text(encoding="utf-8")
+    css = page.split("<style>", 1)[1].split("</style>", 1)[0]
+    assert re.search(r"th, td \{[^}]*text-align: left", css)
+    assert re.search(r"th\.num, td\.num \{[^}]*text-align: right", css)
+    table = _section(page, "alerts")
+    headers = [
+        (name.replace("_<wbr>", "_"), cls)
+        for cls, name in re.findall(r'<th(?: class="(\w+)")?>(.*?)</th>', table)
+    ]
+    numbers = {"k", "value", "baseline_mean", "limit", "delta", "baseline_days", "queries"}
+    assert headers == [(name, "num" if name in numbers else "") for name in ALERT_COLUMNS]
+    rows = re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>", 1)[1])
+    assert len(rows) == 2
+    for row in rows:
+        assert re.findall(r'<td(?: class="(\w+)")?>', row) == [cls for _, cls in headers]
+
+
+def test_overlapping_bands_are_told_apart_by_their_edges() -> None:
+    """Where k=5's p10-p90 band (2 to 5) and k=10's (4 to 8) overlap, each is still told apart:
+    a light fill (BAND_ALPHA) and a dashed line along each of its edges in its k's colour, the
+    two ks' colours distinct; the legend's band entry shows the same dashed edge. (The two
+    bands were one muddy colour where they overlapped.)"""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
+
+    bands = pd.DataFrame(
+        {
+            "metric_date": [D0, D1, D2] * 2,
+            "k": [5] * 3 + [10] * 3,
+            "queries": [10] * 6,
+            "p10": [2.0, 2.0, 3.0, 4.0, 4.0, 4.0],
+            "median": [3.0, 3.0, 4.0, 6.0, 6.0, 7.0],
+            "p90": [5.0, 5.0, 5.0, 8.0, 8.0, 8.0],
+        }
+    )
+    fig, ax = plt.subplots()
+    try:
+        handles = draw_median_bands(ax, bands)
+        medians = {line.get_label(): line for line in ax.get_lines() if line.get_label()[0] != "_"}
+        assert sorted(medians) == ["median, k=10", "median, k=5"]
+        colours = {k: to_rgba(medians[f"median, k={k}"].get_color()) for k in (5, 10)}
+        assert colours[5] != colours[10]
+        for k, colour in colours.items():
+            mine = bands[bands["k"] == k]
+            edges = [
+                list(line.get_ydata())
+                for line in ax.get_lines()
+                if line.get_linestyle() == "--" and to_rgba(line.get_color()) == colour
+            ]
+            assert sorted(edges) == sorted([list(mine["p10"]), list(mine["p90"])]), k
+        fills = ax.collections
+        assert len(fills) == 2
+        for fill, k in zip(fills, (5, 10), strict=True):
+            (face,) = fill.get_facecolor()
+            assert tuple(face[:3]) == colours[k][:3] and face[3] == BAND_ALPHA <= 0.1
+        patches = [h for h in handles if h.get_label().startswith("p10")]
+        assert [to_rgba(p.get_edgecolor()) for p in patches] == [colours[5], colours[10]]
+        assert all(p.get_linestyle() == "--" for p in patches)
+    finally:
+        plt.close(fig)
 
 
 # --- the images and the page ----------------------------------------------------------------

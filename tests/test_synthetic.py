@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import random
 from collections import Counter
 from pathlib import Path
@@ -23,6 +24,7 @@ from logmetrics.synthetic import (
     PlantedChange,
     PlantedFlood,
     generate,
+    true_clusters,
     weekly_shift,
 )
 
@@ -684,3 +686,83 @@ def test_a_planted_flood_fills_its_share_of_one_segments_lists(
         generate(
             tmp_path / "two", START, 2, 100, seed=1, floods=[flood, PlantedFlood(day, "x", 0.6)]
         )
+
+
+def _pairs_by_hand(chunks: list[str], key_of: dict[str, str | None]) -> set[tuple[str, str]]:
+    """Every pair of `chunks` with one cluster id under `key_of` (None: alone), by brute force."""
+    return {
+        (a, b)
+        for a, b in itertools.combinations(sorted(chunks), 2)
+        if key_of.get(a) is not None and key_of.get(a) == key_of.get(b)
+    }
+
+
+def test_the_demo_s_calibration_is_its_tables_pair_precision_and_recall_against_the_truth(
+    tmp_path: Path,
+) -> None:
+    """The demo's calibration row (`inputs.calibration`, published as detector_calibration)
+    measures the cluster table it generated against the generator's truth: on a small set, a
+    sample as large as the pairs is all of them, so pair precision and recall are exactly those
+    counted by hand over every pair of chunks, the truth taken from the clean table of the same
+    seed and each table read by the job's rule (reference.cluster_lookup). The dirty table's
+    faults (chunks left out, chunks listed twice under another id) cost both. A sample smaller
+    than the pairs estimates them within its binomial error."""
+    from logmetrics.demo import DEMO_DETECTOR, DEMO_DETECTOR_THRESHOLD, demo_calibration
+    from logmetrics.schemas import CALIBRATION
+
+    seed, queries, corpus = 11, 50, 400
+    floods = [PlantedFlood(START, "kb-reset-password", 0.3, 4, "surface", "app")]
+    dirty = generate(
+        tmp_path / "dirty", START, 1, queries, seed, floods=floods, corpus_chunks=corpus
+    )
+    clean = generate(
+        tmp_path / "clean",
+        START,
+        1,
+        queries,
+        seed,
+        dirty=False,
+        floods=floods,
+        corpus_chunks=corpus,
+    )
+    truth = reference.cluster_lookup(read_clusters(clean))
+    found = reference.cluster_lookup(read_clusters(dirty))
+    chunks = list(truth)
+    assert len(chunks) == corpus + 4 and None not in truth.values()
+    copies, detected = _pairs_by_hand(chunks, truth), _pairs_by_hand(chunks, found)
+    both = copies & detected
+    on = dt.date(2026, 10, 1)
+
+    row = demo_calibration(
+        dirty.out_dir, queries, floods, 3, on, pairs=10**6, seed=seed, corpus_chunks=corpus
+    )
+    assert list(row) == CALIBRATION.fieldNames()
+    assert row == {
+        "cluster_table_version": 3,
+        "detector": DEMO_DETECTOR,
+        "threshold": DEMO_DETECTOR_THRESHOLD,
+        "pair_precision": len(both) / len(detected),
+        "pair_recall": len(both) / len(copies),
+        "measured_on": "2026-10-01",
+        "sample_pairs": len(copies | detected),
+    }
+    assert 0.9 < row["pair_precision"] < 1 and 0.9 < row["pair_recall"] < 1
+
+    sampled = demo_calibration(
+        dirty.out_dir, queries, floods, 3, on, pairs=300, seed=seed, corpus_chunks=corpus
+    )
+    assert 300 <= sampled["sample_pairs"] <= 600
+    for name, exact in (
+        ("pair_precision", row["pair_precision"]),
+        ("pair_recall", row["pair_recall"]),
+    ):
+        assert abs(sampled[name] - exact) <= 4 * (exact * (1 - exact) / 300) ** 0.5 + 1 / 300
+
+
+def test_the_truth_is_the_clean_cluster_table_whatever_the_days(tmp_path: Path) -> None:
+    """`true_clusters` is the cluster table `generate` writes without faults, for any number of
+    days (the corpus is drawn before the days), flood copies included."""
+    floods = [PlantedFlood(START, "kb-billing-faq", 0.2, 3)]
+    clean = generate(tmp_path / "clean", START, 2, 300, seed=4, dirty=False, floods=floods)
+    assert true_clusters(4, 300, floods).equals(pq.read_table(clean.clusters))
+    assert not true_clusters(5, 300, floods).equals(pq.read_table(clean.clusters))

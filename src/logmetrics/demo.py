@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import json
 import logging
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -37,6 +38,14 @@ DEMO_FLOODS = (  # (cluster_id, share of app's queries, copies)
     ("kb-sso-setup-guide", 0.20, 4),
     ("kb-billing-faq", 0.15, 3),
 )
+# The detector's calibration the demo publishes through `inputs.calibration`: its cluster table
+# measured against the generator's truth (`synthetic.pair_calibration`), as a team measures its
+# detector on labelled pairs. The generator groups the copies it made, so it has no similarity
+# cut-off: the row's threshold is a nominal 1.0.
+DEMO_CALIBRATION = "calibration.csv"  # under the served logs' parent, beside the clusters
+DEMO_DETECTOR = "demo-generator"
+DEMO_DETECTOR_THRESHOLD = 1.0
+DEMO_CALIBRATION_PAIRS = 1000  # drawn from the detector's pairs, and as many from the true ones
 
 
 def demo_regression(days: int) -> list[PlantedFlood]:
@@ -99,7 +108,9 @@ def generate_dataset(
 def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> RunSummary:
     """Generate `days` of traffic (once): top-20 lists, a weekly season and one planted
     regression day in one segment, and a judged set from that day's lists for `evaluate`
-    (`synthetic.write_judged_set`, under <data>/eval); backfill it into the warehouse (which
+    (`synthetic.write_judged_set`, under <data>/eval); measure the cluster table against the
+    generator's truth and give it as `inputs.calibration` (unless the config names one:
+    `_with_calibration`); backfill it into the warehouse (which publishes the calibration,
     judges every day, names what crowds each day's lists and says each alert with its
     culprits), print what was planted and the last week of the daily table, and write the
     report of the range under reports/demo. The run's summary, for the CLI's closing lines."""
@@ -149,6 +160,8 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> Ru
     if not judged.is_dir():  # the regression's day, whose app lists are crowded
         write_judged_set(out, planted[0].date if planted else end, DEMO_JUDGED_SURFACE)
     say(log, f"judged set for `logmetrics evaluate` (conf/eval.yaml): {judged}")
+    if config.inputs.calibration is None:  # the user's own, if they gave one
+        config = _with_calibration(spark, config, out, queries_per_day, planted)
     for flood in planted[:1]:
         clusters = ", ".join(f"{f.cluster_id} ({f.members} copies)" for f in planted)
         say(log, f"planted on {flood.date} in {flood.segment}={flood.value}'s lists: {clusters}")
@@ -161,6 +174,71 @@ def run_demo(config: Config, days: int, queries_per_day: int, run_id: str) -> Ru
     index = render(load_report_data(spark, config, DEMO_START, end), DEMO_REPORT_DIR)
     print(f"report: {index}")
     return summary
+
+
+def demo_calibration(
+    out: Path,
+    queries_per_day: int,
+    floods: Sequence[PlantedFlood],
+    version: int | None,
+    measured_on: dt.date,
+    pairs: int = DEMO_CALIBRATION_PAIRS,
+    seed: int = DEMO_SEED,
+    corpus_chunks: int | None = None,
+) -> dict[str, Any]:
+    """The demo's calibration row (`schemas.CALIBRATION`'s columns) for the cluster table
+    `generate` wrote under `out` with these arguments, at Delta `version`: its pair precision
+    and recall against the generator's truth (`synthetic.true_clusters`), measured on `pairs`
+    pairs drawn from each side (`synthetic.pair_calibration`)."""
+    import pyarrow.parquet as pq
+
+    from logmetrics.synthetic import pair_calibration, true_clusters
+
+    truth = true_clusters(seed, queries_per_day, floods, corpus_chunks)
+    measured = pair_calibration(pq.read_table(out / "clusters_parquet"), truth, pairs, seed)
+    return {
+        "cluster_table_version": version,
+        "detector": DEMO_DETECTOR,
+        "threshold": DEMO_DETECTOR_THRESHOLD,
+        "pair_precision": measured.precision,
+        "pair_recall": measured.recall,
+        "measured_on": measured_on.isoformat(),
+        "sample_pairs": measured.labelled,
+    }
+
+
+def _with_calibration(
+    spark: SparkSession,
+    config: Config,
+    out: Path,
+    queries_per_day: int,
+    floods: Sequence[PlantedFlood],
+) -> Config:
+    """Measure the demo's cluster table (`demo_calibration`, at the version the run will
+    read), write the row as a CSV file a user would give, and return the config with
+    `inputs.calibration` naming it: the run checks and publishes it as `detector_calibration`,
+    and the report shows it."""
+    from logmetrics.config import CalibrationInput
+    from logmetrics.schemas import CALIBRATION
+    from logmetrics.tables.sources import read_clusters
+
+    version = read_clusters(spark, config.inputs.clusters).version
+    row = demo_calibration(out, queries_per_day, floods, version, dt.datetime.now(dt.UTC).date())
+    path = out / DEMO_CALIBRATION
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=CALIBRATION.fieldNames())
+        writer.writeheader()
+        writer.writerow(row)
+    say(
+        log,
+        f"detector calibration (inputs.calibration): {path}: pair precision "
+        f"{row['pair_precision']:.3f}, pair recall {row['pair_recall']:.3f} on "
+        f"{row['sample_pairs']:,} pairs sampled against the generator's truth",
+    )
+    source = CalibrationInput(path=str(path), format="csv")
+    return config.model_copy(
+        update={"inputs": config.inputs.model_copy(update={"calibration": source})}
+    )
 
 
 def _print_daily(spark: SparkSession, config: Config, start: dt.date, end: dt.date) -> None:

@@ -10,6 +10,11 @@ written with pyarrow from offsets, so 90 days x 40,000 queries take seconds, not
 For the alerts (docs/alerts.md), two optional knobs move the repeat probability, and so the
 metric: a weekly season (``weekly_amplitude``) and changes planted on chosen days, in all
 traffic or one segment value (``PlantedChange``). Without them the output is what it always was.
+
+The generator knows which chunks are truly copies (``true_clusters``): against that truth a
+cluster table's pair precision and recall can be measured on sampled pairs
+(``pair_calibration``), as a team measures its near-duplicate detector; the demo publishes
+its own that way.
 """
 
 from __future__ import annotations
@@ -202,26 +207,11 @@ def generate(
         directory.mkdir(parents=True)
 
     corpus_seq, *day_seqs = np.random.SeedSequence(seed).spawn(days + 1)
-    n_chunks = corpus_chunks or max(
-        MIN_CORPUS_CHUNKS, CORPUS_CHUNKS_PER_DAILY_QUERY * queries_per_day
-    )
-    corpus_rng = np.random.default_rng(corpus_seq)
-    corpus = _make_corpus(corpus_rng, n_chunks)
-    cluster_table = _cluster_table(corpus_rng, corpus, dirty)
+    corpus_rng, corpus = _corpus(corpus_seq, queries_per_day, corpus_chunks)
     for day in {f.date for f in floods}:
         if sum(f.share for f in floods if f.date == day) > 1.0:
             raise ValueError(f"the floods of {day} share more than all queries")
-    flooded = list({f.cluster_id: f for f in floods}.values())  # one cluster, one member list
-    if flooded:
-        copies = [(chunk, f.cluster_id) for f in flooded for chunk in f.chunk_ids()]
-        cluster_table = pa.concat_tables(
-            [
-                cluster_table,
-                pa.Table.from_pylist(
-                    [{"chunk_id": c, "cluster_id": k} for c, k in copies], CLUSTERS_SCHEMA
-                ),
-            ]
-        )
+    cluster_table = _with_floods(_cluster_table(corpus_rng, corpus, dirty), floods)
     clusters_path = clusters_dir / "part-00000.parquet"
     pq.write_table(cluster_table, clusters_path)
 
@@ -261,6 +251,142 @@ def generate(
         entries=entries,
         cluster_rows=cluster_table.num_rows,
     )
+
+
+def true_clusters(
+    seed: int,
+    queries_per_day: int,
+    floods: Sequence[PlantedFlood] = (),
+    corpus_chunks: int | None = None,
+) -> pa.Table:
+    """The generator's truth about the chunks `generate` serves with these arguments: each
+    chunk once, with the cluster it is truly a copy in (CLUSTERS_SCHEMA, a singleton with a
+    cluster of its own), flood copies in their flood's cluster. The cluster table `generate`
+    writes is this table with ``dirty=False``; with ``dirty`` it has a detector's faults
+    (chunks left out, listed twice, null ids), which `pair_calibration` measures."""
+    corpus_seq = np.random.SeedSequence(seed).spawn(1)[0]  # generate's first child, any days
+    corpus_rng, corpus = _corpus(corpus_seq, queries_per_day, corpus_chunks)
+    return _with_floods(_cluster_table(corpus_rng, corpus, dirty=False), floods)
+
+
+def _corpus(
+    seq: np.random.SeedSequence, queries_per_day: int, corpus_chunks: int | None
+) -> tuple[np.random.Generator, _Corpus]:
+    """The corpus drawn from `seq`, and the generator that draws the cluster table after it."""
+    n_chunks = corpus_chunks or max(
+        MIN_CORPUS_CHUNKS, CORPUS_CHUNKS_PER_DAILY_QUERY * queries_per_day
+    )
+    rng = np.random.default_rng(seq)
+    return rng, _make_corpus(rng, n_chunks)
+
+
+def _with_floods(cluster_table: pa.Table, floods: Sequence[PlantedFlood]) -> pa.Table:
+    """The cluster table with each flooded cluster's copies appended (one member list per
+    cluster id)."""
+    flooded = list({f.cluster_id: f for f in floods}.values())
+    if not flooded:
+        return cluster_table
+    copies = [{"chunk_id": c, "cluster_id": f.cluster_id} for f in flooded for c in f.chunk_ids()]
+    return pa.concat_tables([cluster_table, pa.Table.from_pylist(copies, CLUSTERS_SCHEMA)])
+
+
+@dataclass(frozen=True)
+class PairCalibration:
+    """A detector's pair precision and recall measured on samples of labelled pairs, as a team
+    measures its own (docs/alerts.md): ``detected`` pairs drawn from those the cluster table
+    puts in one cluster, ``detected_true`` of them true copies; ``copies`` pairs drawn from the
+    true copy pairs, ``copies_detected`` of them in one cluster of the table; ``labelled`` the
+    distinct pairs of the two samples."""
+
+    detected: int
+    detected_true: int
+    copies: int
+    copies_detected: int
+    labelled: int
+
+    @property
+    def precision(self) -> float:
+        """Of the sampled pairs the table puts in one cluster, the share that are copies."""
+        return self.detected_true / self.detected if self.detected else 1.0
+
+    @property
+    def recall(self) -> float:
+        """Of the sampled pairs of copies, the share the table puts in one cluster."""
+        return self.copies_detected / self.copies if self.copies else 1.0
+
+
+def pair_calibration(clusters: pa.Table, truth: pa.Table, pairs: int, seed: int) -> PairCalibration:
+    """`clusters` (a cluster table, CLUSTERS_SCHEMA) measured against `truth` (`true_clusters`)
+    over the chunks `truth` lists: up to `pairs` pairs drawn without replacement, uniformly,
+    from the pairs `clusters` puts in one cluster (the job's rule: a chunk takes its smallest
+    non-null cluster id; one absent or with null ids only is alone), each labelled by the
+    truth; as many from the true copy pairs, each looked up in `clusters`. A sample at least as
+    large as its population is the whole of it: the figures are then exact."""
+    chunks = truth.column("chunk_id").to_pylist()
+    true_of = dict(zip(chunks, truth.column("cluster_id").to_pylist(), strict=True))
+    found = job_clusters(clusters)
+    true_group = _group_codes([true_of[c] for c in chunks])
+    found_group = _group_codes([found.get(c) for c in chunks])
+    rng = np.random.default_rng((seed, 65))
+    detected = _sample_pairs(found_group, pairs, rng)
+    copies = _sample_pairs(true_group, pairs, rng)
+
+    def together(group: np.ndarray, sample: np.ndarray) -> int:
+        a, b = group[sample[:, 0]], group[sample[:, 1]]
+        return int(((a == b) & (a >= 0)).sum())
+
+    labelled = len({(int(a), int(b)) for a, b in np.concatenate([detected, copies])})
+    return PairCalibration(
+        detected=len(detected),
+        detected_true=together(true_group, detected),
+        copies=len(copies),
+        copies_detected=together(found_group, copies),
+        labelled=labelled,
+    )
+
+
+def job_clusters(clusters: pa.Table) -> dict[str, str]:
+    """Each chunk's cluster id as the job counts it (`rules.cluster_keys`): its smallest
+    non-null cluster id; a chunk with null ids only, or absent, has none (it is alone)."""
+    cluster_of: dict[str, str] = {}
+    for chunk, cluster in zip(
+        clusters.column("chunk_id").to_pylist(),
+        clusters.column("cluster_id").to_pylist(),
+        strict=True,
+    ):
+        if chunk is not None and cluster is not None:
+            known = cluster_of.get(chunk)
+            cluster_of[chunk] = cluster if known is None else min(known, cluster)
+    return cluster_of
+
+
+def _group_codes(labels: list[str | None]) -> np.ndarray:
+    """An integer per chunk naming its group, -1 for a chunk alone (a null label)."""
+    codes: dict[str, int] = {}
+    return np.array(
+        [-1 if label is None else codes.setdefault(label, len(codes)) for label in labels],
+        dtype=np.int64,
+    )
+
+
+def _sample_pairs(group: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Up to `n` distinct pairs (i, j), i < j, of chunks in one group (`_group_codes`), drawn
+    uniformly without replacement; every pair when there are at most `n`. Shape (m, 2)."""
+    order = np.argsort(group, kind="stable")
+    order = order[group[order] >= 0]
+    _, starts, sizes = np.unique(group[order], return_index=True, return_counts=True)
+    per_group = sizes * (sizes - 1) // 2
+    ends = np.cumsum(per_group)
+    total = int(ends[-1]) if len(ends) else 0
+    picks = np.sort(rng.choice(total, size=min(n, total), replace=False))
+    which = np.searchsorted(ends, picks, side="right")
+    t = picks - (ends[which] - per_group[which])  # the pair's index in its group: j(j-1)/2 + i
+    j = ((1 + np.sqrt(1 + 8 * t.astype(np.float64))) // 2).astype(np.int64)
+    j -= j * (j - 1) // 2 > t  # float rounding, one step either way
+    j += (j + 1) * j // 2 <= t
+    i = t - j * (j - 1) // 2
+    first, second = order[starts[which] + i], order[starts[which] + j]
+    return np.stack([np.minimum(first, second), np.maximum(first, second)], axis=1)
 
 
 UNSERVED_CLUSTER_SIZES = (2, 6)
@@ -613,12 +739,7 @@ def write_judged_set(
     A chunk's cluster is its smallest cluster id in the cluster table (the job's rule), else
     the chunk itself. Returns the directory."""
     out = Path(out_dir)
-    clusters = pq.read_table(out / "clusters_parquet").to_pylist()
-    cluster_of: dict[str, str] = {}
-    for row in clusters:
-        if row["chunk_id"] is not None and row["cluster_id"] is not None:
-            known = cluster_of.get(row["chunk_id"])
-            cluster_of[row["chunk_id"]] = min(known or row["cluster_id"], row["cluster_id"])
+    cluster_of = job_clusters(pq.read_table(out / "clusters_parquet"))
     served = pq.read_table(out / "served_logs" / f"date={day.isoformat()}").to_pylist()
     lists: dict[str, list[str]] = {}
     for row in sorted(served, key=lambda r: r["request_id"] or ""):

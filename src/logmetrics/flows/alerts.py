@@ -178,12 +178,13 @@ def announce(rows: pd.DataFrame, culprits: pd.DataFrame | None = None) -> tuple[
 
 def alert_lines(rows: pd.DataFrame, culprits: pd.DataFrame | None = None) -> list[str]:
     """One text per alert and improvement of `rows`, in their order: its line and, for an
-    alert, its culprits (`culprit_rows`) below it. Alerts of one day, k and segment value
-    (the mean and the share, say) that have the same culprits list them once, below the
-    last of them."""
+    alert, its culprits (`culprit_rows`) right below it. An alert of the same day, k and
+    segment value as the one before it (the share after the mean, say) with the same culprits
+    does not list them again: its line says they are those above."""
     fired = rows[rows["status"].isin([ALERT, IMPROVEMENT])]
     culprits = pd.DataFrame(columns=CULPRIT_COLUMNS) if culprits is None else culprits
-    texts, below = [], []
+    texts: list[str] = []
+    said: tuple[Any, list[str]] | None = None  # the last culprits listed, and where
     for row in fired.itertuples():
         mine = culprits[
             (culprits["metric_date"].map(as_date) == as_date(row.metric_date))
@@ -192,13 +193,14 @@ def alert_lines(rows: pd.DataFrame, culprits: pd.DataFrame | None = None) -> lis
             & (culprits["segment_value"] == row.segment_value)
             & (culprits["statistic"] == row.statistic)
         ]
-        texts.append(describe(row))
         lines = [describe_culprit(c) for c in mine.itertuples()] if row.status == ALERT else []
-        below.append((_where(row), lines))
-    for i, (where, lines) in enumerate(below):
-        following = below[i + 1] if i + 1 < len(below) else None
-        if lines and not (following is not None and following == (where, lines)):
-            texts[i] += "\n" + "\n".join(lines)
+        if not lines:
+            texts.append(describe(row))
+        elif said == (_where(row), lines):
+            texts.append(f"{describe(row)}; culprits as above")
+        else:
+            texts.append("\n".join([describe(row), *lines]))
+            said = (_where(row), lines)
     return texts
 
 

@@ -42,7 +42,7 @@ class EvaluationSummary:
     runs: list[str]
     evaluated_queries: int
     judged_without_relevant: int
-    left_out: dict[str, int] = field(default_factory=dict)
+    not_judged: int = 0  # queries of a run that no judgment names
     unanswered: dict[str, int] = field(default_factory=dict)
     set_aside_entries: dict[str, int] = field(default_factory=dict)
     averages: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -50,19 +50,19 @@ class EvaluationSummary:
     comparison: pd.DataFrame | None = None
 
     def notes(self) -> list[str]:
-        """One line per query or entry that did not enter the averages as it came."""
-        lines = [f"{_queries(self.evaluated_queries)} with a relevant judgment evaluated"]
+        """The queries evaluated and the queries left out (every time, 0 included), then one
+        line per run whose queries or entries did not enter the averages as they came."""
+        why = []
         if self.judged_without_relevant:
-            lines.append(
-                f"{_queries(self.judged_without_relevant)} judged without a relevant "
-                "judgment: left out of the averages"
-            )
+            why.append(f"{self.judged_without_relevant} judged only as not relevant")
+        if self.not_judged:
+            why.append(f"{self.not_judged} not judged")
+        left_out = self.judged_without_relevant + self.not_judged
+        lines = [
+            f"{_queries(self.evaluated_queries)} with a relevant judgment evaluated; {left_out} "
+            "without one left out of the averages" + (f" ({', '.join(why)})" if why else "")
+        ]
         for run in self.runs:
-            if self.left_out.get(run):
-                lines.append(
-                    f"run {run}: {_queries(self.left_out[run])} without a relevant judgment "
-                    "left out of the averages"
-                )
             if self.unanswered.get(run):
                 lines.append(
                     f"run {run}: no list for {_queries(self.unanswered[run])} evaluated "
@@ -167,13 +167,14 @@ def _coverage(
     per_run = (
         run_queries.join(relevant, on="query_id", how="left")
         .groupBy("run")
-        .agg(
-            F.count(F.when(F.coalesce(F.col("has_relevant"), F.lit(0)) == 0, True)).alias(
-                "left_out"
-            ),
-            F.count(F.when(F.col("has_relevant") == 1, True)).alias("answered"),
-        )
+        .agg(F.count(F.when(F.col("has_relevant") == 1, True)).alias("answered"))
         .collect()
+    )
+    not_judged = (
+        run_queries.select("query_id")
+        .distinct()
+        .join(relevant, on="query_id", how="left_anti")
+        .count()
     )
     set_aside = (
         runs_df.where(
@@ -189,7 +190,7 @@ def _coverage(
         runs=names,
         evaluated_queries=evaluated,
         judged_without_relevant=judged - evaluated,
-        left_out={row["run"]: int(row["left_out"]) for row in per_run},
+        not_judged=not_judged,
         unanswered={name: evaluated - answered.get(name, 0) for name in names},
         set_aside_entries={row["run"]: int(row["count"]) for row in set_aside},
     )

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pandas as pd
@@ -156,9 +156,14 @@ def _mark_versions(ax: Any, data: ReportData) -> None:
         )
 
 
-def _legend_outside(ax: Any) -> None:
-    """Right of the axes, where it cannot hide a line or a band."""
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+def _legend_outside(ax: Any, handles: list[Any] | None = None) -> None:
+    """Right of the axes, where it cannot hide a line or a band (`handles`: its entries, when
+    not the labelled artists of `ax`)."""
+    place = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0}
+    if handles is None:
+        ax.legend(fontsize=8, **place)
+    else:
+        ax.legend(handles=handles, fontsize=8, **place)
 
 
 def _integer_axis(axis: Any) -> None:
@@ -167,29 +172,53 @@ def _integer_axis(axis: Any) -> None:
     axis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _median_band_section(data: ReportData, out_dir: Path) -> Section:
-    fig, (ax,) = _figure()
-    for k, group in data.median_band.groupby("k"):
+BAND_ALPHA = 0.1
+"""The opacity of a p10–p90 band's fill: light, so that where the bands of two ks overlap
+each still shows through, told apart by its edges (`draw_median_bands`)."""
+BAND_EDGE: Final = "--"
+"""The line style of a band's p10 and p90 edges, drawn in its k's colour."""
+
+
+def draw_median_bands(ax: Any, bands: pd.DataFrame) -> list[Any]:
+    """Per k of `bands` (`ReportData.median_band`): the median line, a light p10–p90 fill and
+    a dashed line in the k's colour along each edge, so that overlapping bands stay apart.
+    Returns the legend's entries: per k its median line and a patch of its band."""
+    from matplotlib.colors import to_rgba
+    from matplotlib.patches import Patch
+
+    handles: list[Any] = []
+    for k, group in bands.groupby("k"):
         days = _dates(group["metric_date"])
         (line,) = ax.plot(days, group["median"], marker="o", markersize=3, label=f"median, k={k}")
-        ax.fill_between(
-            days,
-            group["p10"].astype("float64"),
-            group["p90"].astype("float64"),
-            color=line.get_color(),
-            alpha=0.18,
+        colour = line.get_color()
+        low, high = group["p10"].astype("float64"), group["p90"].astype("float64")
+        ax.fill_between(days, low, high, facecolor=to_rgba(colour, BAND_ALPHA), edgecolor="none")
+        for edge in (low, high):
+            ax.plot(days, edge, color=colour, linestyle=BAND_EDGE, linewidth=1.0)
+        band = Patch(
+            facecolor=to_rgba(colour, BAND_ALPHA),
+            edgecolor=colour,
+            linestyle=BAND_EDGE,
             label=f"p10–p90, k={k}",
         )
+        handles += [line, band]
+    return handles
+
+
+def _median_band_section(data: ReportData, out_dir: Path) -> Section:
+    fig, (ax,) = _figure()
+    handles = draw_median_bands(ax, data.median_band)
     ax.set_ylabel("unique clusters in the top-k (count)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"Daily median unique-clusters@k with the p10–p90 band\n{range_text(data)}")
-    _legend_outside(ax)
+    _legend_outside(ax, handles)
     _date_axis(ax, data)
     return Section(
         "median_band",
         "Daily median, p10–p90 band",
         "Per day and k, the exact quantiles of unique-clusters@k over the day's queries "
-        "(quantiles are per day: they are never averaged across days).",
+        "(quantiles are per day: they are never averaged across days); each k's band is a "
+        "light fill between dashed lines in its colour, so that overlapping bands stay apart.",
         data.median_band,
         _save(fig, out_dir / "median_band.png"),
     )

@@ -260,12 +260,13 @@ def _beside_baseline(
 
 
 def _fired(rows: pd.DataFrame | None) -> pd.DataFrame | None:
-    """The alerts and improvements, by date, all traffic first, then segments."""
+    """The alerts and improvements in the order they are read: by date, all traffic first,
+    then by segment value, k and statistic (as the run prints them)."""
     if rows is None:
         return None
     fired = rows[rows["status"].isin([ALERT, IMPROVEMENT])].copy()
     fired["_order"] = fired["segment"] != ALL_TRAFFIC
-    keys = ["metric_date", "_order", "segment", "segment_value", "statistic", "k"]
+    keys = ["metric_date", "_order", "segment", "segment_value", "k", "statistic"]
     return fired.sort_values(keys).drop(columns="_order").reset_index(drop=True)
 
 

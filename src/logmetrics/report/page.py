@@ -31,9 +31,10 @@ section { margin-bottom: 2.5em; }
 .row { display: flex; gap: 1.5em; align-items: flex-start; flex-wrap: wrap; }
 .numbers { max-height: 480px; max-width: 100%; overflow: auto; }
 table { border-collapse: collapse; font-size: 0.8em; }
-th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; white-space: nowrap; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; white-space: nowrap; }
+th.num, td.num { text-align: right; }
 th { background: #f2f2f2; position: sticky; top: 0; white-space: normal; }
-td.prose { white-space: normal; text-align: left; min-width: 18em; }
+td.prose { white-space: normal; min-width: 18em; }
 .caption { max-width: 900px; }
 a { white-space: nowrap; }
 .note { color: #8a6d3b; }
@@ -163,9 +164,11 @@ def _table_html(df: pd.DataFrame, prose: Collection[str] = ()) -> str:
     of whole numbers (a count or an id with a null among them) as integers; integers, dates
     and text as they are; a null as '-'. The Delta tables keep the raw values.
 
-    So that a table fits the page without breaking a value: a cell never wraps (an id such as
-    `kb-reset-password`, a date, a number stays whole) but in the `prose` columns, and a header
-    wraps only after an underscore (`share_of_<wbr>redundant_<wbr>slots`)."""
+    A column of numbers (`_is_numeric`) is right-aligned, its header too (class `num`), so that
+    digits line up; any other (text, dates, booleans) is left-aligned under a left-aligned
+    header. So that a table fits the page without breaking a value: a cell never wraps (an id
+    such as `kb-reset-password`, a date, a number stays whole) but in the `prose` columns, and
+    a header wraps only after an underscore (`share_of_<wbr>redundant_<wbr>slots`)."""
     shown = df.copy()
     for column in df.columns:
         if pd.api.types.is_float_dtype(df[column]):
@@ -173,17 +176,19 @@ def _table_html(df: pd.DataFrame, prose: Collection[str] = ()) -> str:
             shown[column] = df[column].map(_whole if (values == values.round()).all() else _number)
         else:
             shown[column] = df[column].map(_text)
+    classes = [
+        ' class="prose"' if c in prose else ' class="num"' if _is_numeric(df[c]) else ""
+        for c in df.columns
+    ]
     head = "".join(
-        "<th>" + "_<wbr>".join(html.escape(part) for part in str(c).split("_")) + "</th>"
-        for c in shown.columns
+        f"<th{cls}>" + "_<wbr>".join(html.escape(part) for part in str(c).split("_")) + "</th>"
+        for c, cls in zip(shown.columns, classes, strict=True)
     )
     rows = [
         "<tr>"
         + "".join(
-            f'<td class="prose">{html.escape(value)}</td>'
-            if column in prose
-            else f"<td>{html.escape(value)}</td>"
-            for column, value in zip(shown.columns, values, strict=True)
+            f"<td{cls}>{html.escape(value)}</td>"
+            for cls, value in zip(classes, values, strict=True)
         )
         + "</tr>"
         for values in shown.itertuples(index=False)
@@ -192,6 +197,19 @@ def _table_html(df: pd.DataFrame, prose: Collection[str] = ()) -> str:
         f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n"
         + "\n".join(rows)
         + "\n</tbody></table>"
+    )
+
+
+def _is_numeric(column: pd.Series) -> bool:
+    """A column of numbers (a null among them allowed), not of booleans, dates or text."""
+    if pd.api.types.is_bool_dtype(column):
+        return False
+    if pd.api.types.is_numeric_dtype(column):
+        return True
+    values = column.dropna()
+    return not values.empty and all(
+        isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool | np.bool_)
+        for v in values
     )
 
 
