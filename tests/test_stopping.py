@@ -39,6 +39,7 @@ from pyspark.sql import SparkSession
 import reference
 from logmetrics.cli import main
 from logmetrics.config import CrowdingConfig
+from logmetrics.interrupt import stopping_on_signals
 from logmetrics.synthetic import generate
 from logmetrics.tables.catalog import (
     DETECTOR_CALIBRATION_TABLE,
@@ -311,6 +312,25 @@ def test_a_signal_while_local_spark_starts_stops_before_anything_is_computed(
     )
     assert not _commits(stopped.events)
     assert not (tmp_path / "wh").exists()
+
+
+def test_a_process_started_while_a_command_runs_keeps_the_signals_it_is_given() -> None:
+    """PySpark starts its JVM with a `preexec_fn` that has it ignore SIGINT. While a command
+    runs, SIGINT and SIGTERM stay with logmetrics' handler in this process, and only there:
+    the child ignores SIGINT as it was told. Fails if the command's hold on `signal.signal`
+    reaches into the forked child (the JVM then took a Ctrl-C to its group and stopped)."""
+    assert threading.current_thread() is threading.main_thread()  # where the hold applies
+    with stopping_on_signals():
+        child = subprocess.run(
+            ["grep", "^SigIgn:", "/proc/self/status"],
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # this process: held
+    ignored = int(child.stdout.split()[1], 16)
+    assert ignored & 1 << (signal.SIGINT - 1), child.stdout
 
 
 @pytest.mark.reliability

@@ -228,10 +228,14 @@ def _handle(signum: int, frame: FrameType | None) -> None:
 
 
 def _keeping_ours(install: Callable[..., Any]) -> Callable[..., Any]:
-    """`signal.signal` while a command runs: SIGINT and SIGTERM stay with `_handle`."""
+    """`signal.signal` while a command runs: SIGINT and SIGTERM stay with `_handle`. Not in a
+    child forked meanwhile, where a `preexec_fn` sets what the program it runs inherits (the
+    JVM PySpark launches ignores SIGINT so; kept with `_handle`, which the program's start
+    resets, it caught it instead, and a Ctrl-C ended it)."""
+    ours = os.getpid()
 
     def signal_signal(signum: int, handler: Any) -> Any:
-        if signum in SIGNALS and handler is not _handle:
+        if signum in SIGNALS and handler is not _handle and os.getpid() == ours:
             return signal.getsignal(signum)
         return install(signum, handler)
 
