@@ -18,6 +18,10 @@ after a SIGKILL. While a command runs, SIGINT and SIGTERM stay with this module:
 SparkContext installs its own SIGINT handler as it starts (cancel every job from inside the
 interrupted call into the JVM, then raise KeyboardInterrupt there), which turned a Ctrl-C during
 start-up into a Py4J error that the run carried on past.
+
+A terminal's Ctrl-C and Airflow's kill signal the command's whole process group: the local JVM
+runs in a session of its own (`session.launch_local_jvm`), so the signals reach this process
+alone and the JVM stops when this module says.
 """
 
 from __future__ import annotations
