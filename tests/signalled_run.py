@@ -1,7 +1,9 @@
 """`python signalled_run.py POINT SIGNALS FD ARGS...`: `logmetrics ARGS...` in a process that
 pauses at POINT, says so on the file descriptor FD (`at POINT`), and waits there until SIGNALS
 signals sent by the test (tests/test_stopping.py) have reached it, saying `took N` after each.
-Then it carries on. Not a test module.
+Then it carries on. POINT may name several points joined by `+` (`main-pass+commit:2`): the
+process then pauses at each in turn for one signal (SIGNALS is their number). Not a test
+module.
 
 POINT is one of:
 - `start-up`: local Spark's JVM is launched, PySpark not yet connected to it;
@@ -32,7 +34,8 @@ import pyspark.java_gateway
 from logmetrics import phases
 from logmetrics.tables import catalog
 
-POINT, SIGNALS, OUT = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+POINTS, SIGNALS, OUT = sys.argv[1].split("+"), int(sys.argv[2]), int(sys.argv[3])
+AT_EACH = SIGNALS if len(POINTS) == 1 else 1
 WAIT = 600.0
 
 _woken, _wake = os.pipe()
@@ -42,6 +45,7 @@ _said = threading.Lock()
 _one_commit_at_a_time = threading.Lock()
 _commits = itertools.count(1)
 _landed: list[str] = []
+_taken = itertools.count(1)
 
 
 def _say(line: str) -> None:
@@ -58,11 +62,11 @@ def _handled() -> bool:
     return interrupt.requested() is not None
 
 
-def _wait_for_signals() -> None:
-    """Say the point, then wait for SIGNALS signals to reach the process."""
-    _say(f"at {POINT}")
+def _wait_for_signals(point: str) -> None:
+    """Say the point, then wait for its signals (AT_EACH) to reach the process."""
+    _say(f"at {point}")
     deadline = time.monotonic() + WAIT
-    for n in range(1, SIGNALS + 1):
+    for n in itertools.islice(_taken, AT_EACH):
         while time.monotonic() < deadline:
             ready, _, _ = select.select([_woken], [], [], 0.05)
             if ready and os.read(_woken, 1):
@@ -75,7 +79,7 @@ def _wait_for_signals() -> None:
 def _launch_then_wait(launch: Callable[..., Any]) -> Callable[..., Any]:
     def launched(*args: Any, **kwargs: Any) -> Any:
         process = launch(*args, **kwargs)
-        _wait_for_signals()
+        _wait_for_signals("start-up")
         return process
 
     return launched
@@ -90,7 +94,7 @@ def _timed_then_wait(timed: Callable[..., Any]) -> Callable[..., Any]:
             first.set()
             while not any(w.startswith("append to") and w.endswith("/job_runs") for w in _landed):
                 time.sleep(0.01)  # the run's `started` rows, committed
-            _wait_for_signals()
+            _wait_for_signals("main-pass")
         with timed(self, name):
             yield
 
@@ -103,10 +107,10 @@ def _serialized(retry: Callable[..., Any]) -> Callable[..., Any]:
             n = next(_commits)
             _say(f"begins {n} {what}")
             made = action
-            if POINT == f"commit:{n}":
+            if f"commit:{n}" in POINTS:
 
                 def made() -> Any:  # inside the commit, past its check for a stop
-                    _wait_for_signals()
+                    _wait_for_signals(f"commit:{n}")
                     return action()
 
             try:
@@ -123,9 +127,9 @@ def _serialized(retry: Callable[..., Any]) -> Callable[..., Any]:
 
 if __name__ == "__main__":
     signal.set_wakeup_fd(_wake)
-    if POINT == "start-up":
+    if "start-up" in POINTS:
         pyspark.java_gateway.Popen = _launch_then_wait(pyspark.java_gateway.Popen)  # type: ignore[attr-defined]
-    elif POINT == "main-pass":
+    if "main-pass" in POINTS:
         phases.Phases.timed = _timed_then_wait(phases.Phases.timed)  # type: ignore[method-assign]
     catalog._retry_conflicts = _serialized(catalog._retry_conflicts)
 

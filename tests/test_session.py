@@ -298,7 +298,7 @@ def test_a_second_process_waits_for_the_resolve_lock() -> None:
 
 
 class _Started(Exception):
-    """Raised by the stand-in builder: the local JVM would start here."""
+    """Raised by the stand-in launch: the local JVM would start here."""
 
 
 def test_local_spark_starts_with_two_malloc_arenas_and_this_python_unless_set(
@@ -307,15 +307,8 @@ def test_local_spark_starts_with_two_malloc_arenas_and_this_python_unless_set(
     seen: list[tuple[str | None, str | None]] = []
 
     class Builder:
-        def appName(self, _: str) -> Builder:
-            return self
-
         def config(self, _: str, __: str) -> Builder:
             return self
-
-        def getOrCreate(self) -> None:
-            seen.append((os.environ.get("MALLOC_ARENA_MAX"), os.environ.get("PYSPARK_PYTHON")))
-            raise _Started
 
     class Session:
         builder = Builder()
@@ -324,7 +317,12 @@ def test_local_spark_starts_with_two_malloc_arenas_and_this_python_unless_set(
         def getActiveSession() -> None:
             return None
 
+    def launch(_: object) -> None:
+        seen.append((os.environ.get("MALLOC_ARENA_MAX"), os.environ.get("PYSPARK_PYTHON")))
+        raise _Started
+
     monkeypatch.setattr(session, "SparkSession", Session)
+    monkeypatch.setattr(session, "launch_local_jvm", launch)
     monkeypatch.setattr(session, "is_managed_environment", lambda: False)
     monkeypatch.delenv("SPARK_REMOTE", raising=False)
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
@@ -336,6 +334,38 @@ def test_local_spark_starts_with_two_malloc_arenas_and_this_python_unless_set(
     with pytest.raises(_Started):
         session.get_spark(SparkConfig(accelerator="none"))
     assert seen == [("2", sys.executable), ("4", "/opt/python/bin/python3")]
+
+
+def test_the_local_jvm_is_launched_in_a_session_of_its_own_unless_spark_connect_starts_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A signal to the command's process group (Ctrl-C, Airflow's kill) must not reach local
+    Spark's JVM: PySpark launches it with the builder's settings in a session of its own, for
+    the builder to use. Spark Connect's local server (`spark.api.mode: connect`) is launched
+    by PySpark itself, as before."""
+    from pyspark import SparkContext, java_gateway
+
+    launched: list[tuple[dict[str, str], dict[str, object]]] = []
+
+    class Gateway:
+        jvm = "the JVM"
+
+    def launch_gateway(conf: pyspark.SparkConf, popen_kwargs: dict[str, object]) -> Gateway:
+        launched.append((dict(conf.getAll()), popen_kwargs))
+        return Gateway()
+
+    monkeypatch.setattr(java_gateway, "launch_gateway", launch_gateway)
+    monkeypatch.setattr(SparkContext, "_gateway", None)
+    monkeypatch.setattr(SparkContext, "_jvm", None)
+    monkeypatch.delenv("SPARK_API_MODE", raising=False)
+    session.launch_local_jvm({"spark.api.mode": "connect", "spark.master": "local[1]"})
+    assert launched == [] and SparkContext._gateway is None
+    options = {"spark.app.name": "logmetrics", "spark.master": "local[1]"}
+    session.launch_local_jvm(options)
+    assert launched == [(options, {"start_new_session": True})]
+    assert SparkContext._jvm == "the JVM"
+    session.launch_local_jvm(options)  # launched once: the builder uses it
+    assert len(launched) == 1
 
 
 def test_python_workers_are_this_python_on_local_spark_only() -> None:

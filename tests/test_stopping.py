@@ -9,13 +9,18 @@ in the ledger; its local JVM has ended when the process has. A second signal end
 at once, the JVM first. Each time, the next run (in this process) leaves every table as an
 uninterrupted run does, whose published tables equal the pure-Python reference.
 
+The same signals are also sent to the run's whole process group (`os.killpg`), as a terminal's
+Ctrl-C and Airflow's kill send them, at start-up, in the main pass and in a commit, twice, and
+as a SIGKILL: the run behaves as when it alone is signalled, and no process of its group, or of
+the session its local JVM runs in, is left.
+
 The warehouse each stopped run starts from has the first two days published, so that the
 run computes the last two (one chunk), appending them to tables that exist.
 
-The main pass's SIGTERM and the two signals are marked `reliability` (`make test-release`, run
-by hand before a release): two more processes and their resumed runs are a minute and a half
-of `make test`'s budget; `make test` keeps both signals at start-up and a Ctrl-C during a
-commit, with its ledger rows and its resumed run."""
+The main pass's SIGTERM, the Ctrl-C during a commit, the two signals and every signal to the
+group are marked `reliability` (`make test-release`, run by hand before a release): each is a
+process and a resumed run, a minute or more of `make test`'s budget; `make test` keeps both
+signals at start-up (to the process alone) and the signals of a process forked meanwhile."""
 
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ from pyspark.sql import SparkSession
 import reference
 from logmetrics.cli import main
 from logmetrics.config import CrowdingConfig
+from logmetrics.interrupt import stopping_on_signals
 from logmetrics.synthetic import generate
 from logmetrics.tables.catalog import (
     DETECTOR_CALIBRATION_TABLE,
@@ -190,6 +196,7 @@ class Stopped:
     events: list[str]
     children: list[psutil.Process]  # at the point: its local JVM (and what that started)
     alive_at_exit: list[psutil.Process]  # of them, its direct children running as it ended
+    left: list[psutil.Process]  # the run's group's and sessions' processes alive 30 s after it
 
 
 def _alive(process: psutil.Process) -> bool:
@@ -199,9 +206,33 @@ def _alive(process: psutil.Process) -> bool:
         return False
 
 
-def _signalled(config: Path, point: str, signals: list[signal.Signals]) -> Stopped:
+def _sessions_of(pids: set[int]) -> list[psutil.Process]:
+    """The processes alive in the sessions of `pids`, and in the sessions those processes lead:
+    a run's terminal session, and the session its local JVM may have of its own."""
+    found: dict[int, psutil.Process] = {}
+    sessions = set(pids)
+    while True:
+        for process in psutil.process_iter():
+            try:
+                if os.getsid(process.pid) in sessions and _alive(process):
+                    found[process.pid] = process
+            except (ProcessLookupError, PermissionError):
+                continue
+        more = {p.pid for p in found.values()} - sessions
+        if not more:
+            return list(found.values())
+        sessions |= more
+
+
+def _signalled(
+    config: Path, point: str, signals: list[signal.Signals], group: bool = False
+) -> Stopped:
     """`logmetrics backfill` of DAYS in a process of its own, sent `signals` at `point`: the
-    first once the point is reached, each next one once the one before was taken in."""
+    first once the point is reached, each next one once the one before was taken in (at
+    several points, `a+b`: one at each, once it is reached). With
+    `group`, the process leads a session and process group of its own (as a terminal's shell or
+    Airflow starts a command), and each signal goes to the whole group (`os.killpg`: a
+    terminal's Ctrl-C, Airflow's kill), whatever processes it holds by then."""
     said, told = os.pipe()
     out, err = config.parent / "stopped.out", config.parent / "stopped.err"
     with out.open("w") as stdout, err.open("w") as stderr:
@@ -211,6 +242,7 @@ def _signalled(config: Path, point: str, signals: list[signal.Signals]) -> Stopp
             stdout=stdout,
             stderr=stderr,
             pass_fds=(told,),
+            start_new_session=group,
         )
     os.close(told)
     watchdog = threading.Timer(600, process.kill)
@@ -219,6 +251,7 @@ def _signalled(config: Path, point: str, signals: list[signal.Signals]) -> Stopp
     children: list[psutil.Process] = []
     direct: list[psutil.Process] = []
     sent = 0
+    next_on = ("at ",) if "+" in point else ("at ", "took ")
     try:
         with os.fdopen(said) as lines:  # until the process (the one writer) ends
             for line in lines:
@@ -226,15 +259,20 @@ def _signalled(config: Path, point: str, signals: list[signal.Signals]) -> Stopp
                 if line.startswith("at "):
                     direct = psutil.Process(process.pid).children()
                     children = psutil.Process(process.pid).children(recursive=True)
-                if (line.startswith("at ") or line.startswith("took ")) and sent < len(signals):
-                    process.send_signal(signals[sent])
+                if line.startswith(next_on) and sent < len(signals):
+                    if group:
+                        os.killpg(process.pid, signals[sent])
+                    else:
+                        process.send_signal(signals[sent])
                     sent += 1
         status = process.wait(timeout=60)
     finally:
         watchdog.cancel()
     alive_at_exit = [c for c in direct if _alive(c)]
-    psutil.wait_procs(children, timeout=30)  # its JVM's own children see it gone
-    return Stopped(status, out.read_text(), err.read_text(), events, children, alive_at_exit)
+    around = _sessions_of({process.pid, *(c.pid for c in children)}) if group else []
+    psutil.wait_procs(children + around, timeout=30)  # its JVM's own children see it gone
+    left = [p for p in around if _alive(p)]
+    return Stopped(status, out.read_text(), err.read_text(), events, children, alive_at_exit, left)
 
 
 def _commits(events: list[str]) -> list[tuple[str, int, str]]:
@@ -272,6 +310,7 @@ def _assert_stopped_cleanly(stopped: Stopped, line: str, code: int) -> None:
     assert stopped.children, "no JVM seen at the point"
     assert not stopped.alive_at_exit, "the JVM outlived the process"
     assert not [c for c in stopped.children if _alive(c)], "a process of the JVM outlived it"
+    assert not stopped.left, [(p.pid, p.name()) for p in stopped.left if _alive(p)]
 
 
 def _assert_resumes(spark: SparkSession, warehouses: Warehouses, warehouse: Path) -> None:
@@ -313,6 +352,25 @@ def test_a_signal_while_local_spark_starts_stops_before_anything_is_computed(
     assert not (tmp_path / "wh").exists()
 
 
+def test_a_process_started_while_a_command_runs_keeps_the_signals_it_is_given() -> None:
+    """PySpark starts its JVM with a `preexec_fn` that has it ignore SIGINT. While a command
+    runs, SIGINT and SIGTERM stay with logmetrics' handler in this process, and only there:
+    the child ignores SIGINT as it was told. Fails if the command's hold on `signal.signal`
+    reaches into the forked child (the JVM then took a Ctrl-C to its group and stopped)."""
+    assert threading.current_thread() is threading.main_thread()  # where the hold applies
+    with stopping_on_signals():
+        child = subprocess.run(
+            ["grep", "^SigIgn:", "/proc/self/status"],
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # this process: held
+    ignored = int(child.stdout.split()[1], 16)
+    assert ignored & 1 << (signal.SIGINT - 1), child.stdout
+
+
 @pytest.mark.reliability
 def test_sigterm_in_the_main_pass_stops_it_and_records_the_days_interrupted(
     spark: SparkSession, warehouses: Warehouses, warehouse: Path
@@ -323,24 +381,9 @@ def test_sigterm_in_the_main_pass_stops_it_and_records_the_days_interrupted(
     process dies with the signal, no ledger row, the JVM left behind) or if the chunk's
     tables are written after the signal."""
     config = _config(warehouses.data, warehouse)
+    before = _versions(warehouse)
     stopped = _signalled(config, "main-pass", [signal.SIGTERM])
-    days = f"{COMPUTED[0]}..{COMPUTED[-1]}"
-    _assert_stopped_cleanly(
-        stopped,
-        f"logmetrics: interrupted (SIGTERM): {days} not published; run again to resume",
-        143,
-    )
-    after = _commits(_after_signal(stopped.events))
-    assert after == [
-        ("begins", after[0][1], f"append to {warehouse}/job_runs"),
-        ("landed", after[0][1], f"append to {warehouse}/job_runs"),
-    ]
-    ledger = _ledger(spark, warehouse)
-    assert sorted((r.metric_date, r.status) for r in ledger) == sorted(
-        (d, s) for d in COMPUTED for s in ("started", "interrupted")
-    )
-    assert {r.error for r in ledger if r.status == "interrupted"} == {"interrupted (SIGTERM)"}
-    assert "SIGTERM: stopping at the next safe point" in stopped.stdout
+    _assert_stopped_at("main-pass", spark, warehouse, before, stopped, signal.SIGTERM)
     _assert_resumes(spark, warehouses, warehouse)
 
 
@@ -356,29 +399,60 @@ def test_ctrl_c_during_a_table_commit_lets_it_land_and_begins_no_other(
     config = _config(warehouses.data, warehouse)
     before = _versions(warehouse)
     stopped = _signalled(config, "commit:3", [signal.SIGINT])
+    _assert_stopped_at("commit:3", spark, warehouse, before, stopped, signal.SIGINT)
+    _assert_resumes(spark, warehouses, warehouse)
+
+
+def _assert_stopped_at(
+    point: str,
+    spark: SparkSession,
+    warehouse: Path,
+    before: dict[str, int],
+    stopped: Stopped,
+    sent: signal.Signals,
+) -> None:
+    """A run stopped by `sent` at `point` (`main-pass`, or `commit:3`, inside its third commit):
+    its status and one line naming the days; after the signal, no commit begins but the one in
+    flight, which lands, and the ledger's `interrupted` rows (the others are refused); each
+    Delta log holds what landed; the ledger's rows name the signal, the terminal says it once."""
     days = f"{COMPUTED[0]}..{COMPUTED[-1]}"
     _assert_stopped_cleanly(
-        stopped, f"logmetrics: interrupted (SIGINT): {days} not published; run again to resume", 130
+        stopped,
+        f"logmetrics: interrupted ({sent.name}): {days} not published; run again to resume",
+        128 + sent,
     )
-    commits = _commits(stopped.events)
-    in_flight = next(what for event, n, what in commits if (event, n) == ("begins", 3))
-    assert stopped.events.index("at commit:3") < stopped.events.index(f"landed 3 {in_flight}")
     after = _commits(_after_signal(stopped.events))
-    landed = [what for event, _, what in after if event == "landed"]
-    assert landed == [in_flight, f"append to {warehouse}/job_runs"]
-    begun = [n for event, n, _ in after if event == "begins"]
-    refused = [n for event, n, _ in after if event == "refused"]
-    assert begun and refused == begun[:-1]  # all but the ledger's last
+    record = f"append to {warehouse}/job_runs"
+    if point == "main-pass":
+        assert after == [("begins", after[0][1], record), ("landed", after[0][1], record)]
+    else:
+        commits = _commits(stopped.events)
+        in_flight = next(what for event, n, what in commits if (event, n) == ("begins", 3))
+        assert stopped.events.index(f"at {point}") < stopped.events.index(f"landed 3 {in_flight}")
+        assert [what for event, _, what in after if event == "landed"] == [in_flight, record]
+        begun = [n for event, n, _ in after if event == "begins"]
+        refused = [n for event, n, _ in after if event == "refused"]
+        assert begun and refused == begun[:-1]  # all but the ledger's last
+    _assert_logs_hold_what_landed(warehouse, before, stopped.events)
+    ledger = _ledger(spark, warehouse)
+    assert sorted((r.metric_date, r.status) for r in ledger) == sorted(
+        (d, s) for d in COMPUTED for s in ("started", "interrupted")
+    )
+    assert {r.error for r in ledger if r.status == "interrupted"} == {f"interrupted ({sent.name})"}
+    assert stopped.stdout.count(f"{sent.name}: stopping at the next safe point") == 1
+
+
+def _assert_logs_hold_what_landed(
+    warehouse: Path, before: dict[str, int], events: list[str]
+) -> None:
+    """Each table's Delta log holds the commits it had `before` and those the run landed."""
     made: dict[str, int] = {}
-    for event, _, what in commits:
+    for event, _, what in _commits(events):
         if event == "landed":
             name = what.rsplit("/", 1)[1]
             made[name] = made.get(name, 0) + 1
     tables = set(before) | set(made)
     assert _versions(warehouse) == {t: before.get(t, 0) + made.get(t, 0) for t in tables}
-    statuses = sorted((r.metric_date, r.status) for r in _ledger(spark, warehouse))
-    assert statuses == sorted((d, s) for d in COMPUTED for s in ("started", "interrupted"))
-    _assert_resumes(spark, warehouses, warehouse)
 
 
 @pytest.mark.reliability
@@ -391,13 +465,104 @@ def test_a_second_signal_ends_the_process_at_once(
     Fails if the second signal waits for the first's safe point, or leaves the JVM."""
     config = _config(warehouses.data, warehouse)
     stopped = _signalled(config, "commit:3", [signal.SIGTERM, signal.SIGINT])
+    _assert_stopped_at_once(spark, warehouse, stopped, signal.SIGINT)
+    _assert_resumes(spark, warehouses, warehouse)
+
+
+def _assert_stopped_at_once(
+    spark: SparkSession, warehouse: Path, stopped: Stopped, second: signal.Signals
+) -> None:
+    """A run ended by a `second` signal: its status and line, no commit landed after the first
+    signal, the ledger as a SIGKILL leaves it."""
     _assert_stopped_cleanly(
         stopped,
-        "logmetrics: interrupted again (SIGINT): stopped at once; the next run computes the "
-        "unfinished days again",
-        130,
+        f"logmetrics: interrupted again ({second.name}): stopped at once; the next run "
+        "computes the unfinished days again",
+        128 + second,
     )
     assert not [e for e in _commits(_after_signal(stopped.events)) if e[0] == "landed"]
     statuses = sorted((r.metric_date, r.status) for r in _ledger(spark, warehouse))
     assert statuses == [(d, "started") for d in COMPUTED]
+
+
+# The same signals sent to the run's whole process group (`os.killpg`), as a terminal's Ctrl-C
+# and Airflow's kill send them: its local JVM and PySpark's workers must not stop under it.
+# Each fails while the JVM is in the run's group: it ends with the signal (SIGTERM, and SIGINT
+# too while PySpark's wish that it ignore SIGINT was lost), the run cannot record its stop
+# (`warning: could not record the interrupted days`), PySpark's threads print tracebacks.
+
+GROUP_SIGNALS = pytest.mark.parametrize(
+    "sent", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"]
+)
+
+
+@pytest.mark.reliability
+@GROUP_SIGNALS
+def test_a_group_signal_while_local_spark_starts_stops_before_anything_is_computed(
+    spark: SparkSession, warehouses: Warehouses, warehouse: Path, sent: signal.Signals
+) -> None:
+    """SIGINT or SIGTERM to the run's process group while its JVM starts: exit 130 or 143,
+    one line, no commit, nothing of the run left; the next run publishes every day exactly."""
+    before = _versions(warehouse)
+    stopped = _signalled(_config(warehouses.data, warehouse), "start-up", [sent], group=True)
+    _assert_stopped_cleanly(
+        stopped,
+        f"logmetrics: interrupted ({sent.name}): no day computed; run again to resume",
+        128 + sent,
+    )
+    assert not _commits(stopped.events)
+    assert _versions(warehouse) == before
     _assert_resumes(spark, warehouses, warehouse)
+
+
+@pytest.mark.reliability
+@GROUP_SIGNALS
+@pytest.mark.parametrize("point", ["main-pass", "commit:3"])
+def test_a_group_signal_while_computing_stops_as_one_to_the_run_alone(
+    spark: SparkSession,
+    warehouses: Warehouses,
+    warehouse: Path,
+    sent: signal.Signals,
+    point: str,
+) -> None:
+    """SIGINT or SIGTERM to the run's process group once its main pass begins, or inside a
+    table commit (which lands): as sent to the process alone, one line, `interrupted` rows for
+    the days begun and no other commit after the signal, nothing of the run left."""
+    config = _config(warehouses.data, warehouse)
+    before = _versions(warehouse)
+    stopped = _signalled(config, point, [sent], group=True)
+    _assert_stopped_at(point, spark, warehouse, before, stopped, sent)
+    _assert_resumes(spark, warehouses, warehouse)
+
+
+@pytest.mark.reliability
+def test_ctrl_c_twice_to_the_group_ends_everything_at_once(
+    spark: SparkSession, warehouses: Warehouses, warehouse: Path
+) -> None:
+    """Ctrl-C twice in a terminal: SIGINT to the group in the main pass, and again as the
+    stopping run records its days `interrupted` (its second commit): the second ends the run
+    at once, its JVM and PySpark's workers with it (out of the group, they hear of it from the
+    run alone), the ledger as after a SIGKILL. Fails if the first signal stops the JVM under
+    the run (the record fails, with tracebacks and a warning, and the run ends before the
+    second signal), or if the JVM or a worker is left running."""
+    config = _config(warehouses.data, warehouse)
+    stopped = _signalled(config, "main-pass+commit:2", [signal.SIGINT, signal.SIGINT], group=True)
+    _assert_stopped_at_once(spark, warehouse, stopped, signal.SIGINT)
+    _assert_resumes(spark, warehouses, warehouse)
+
+
+@pytest.mark.reliability
+def test_sigkill_to_the_group_leaves_no_process_of_the_run(
+    warehouses: Warehouses, warehouse: Path
+) -> None:
+    """SIGKILL to the run's process group in its main pass (what a supervisor sends once its
+    SIGTERM's grace is over): the JVM, out of the group, ends as its stdin from the killed run
+    closes, and PySpark's daemon and workers with it: no process of the run is left. Passes
+    with the JVM in the group too (the signal kills it there): it guards the JVM's own
+    session."""
+    config = _config(warehouses.data, warehouse)
+    stopped = _signalled(config, "main-pass", [signal.SIGKILL], group=True)
+    assert stopped.status == -signal.SIGKILL
+    assert stopped.children, "no JVM seen at the point"
+    assert not [c for c in stopped.children if _alive(c)], "a process of the JVM outlived it"
+    assert not stopped.left, [(p.pid, p.name()) for p in stopped.left if _alive(p)]

@@ -18,6 +18,10 @@ after a SIGKILL. While a command runs, SIGINT and SIGTERM stay with this module:
 SparkContext installs its own SIGINT handler as it starts (cancel every job from inside the
 interrupted call into the JVM, then raise KeyboardInterrupt there), which turned a Ctrl-C during
 start-up into a Py4J error that the run carried on past.
+
+A terminal's Ctrl-C and Airflow's kill signal the command's whole process group: the local JVM
+runs in a session of its own (`session.launch_local_jvm`), so the signals reach this process
+alone and the JVM stops when this module says.
 """
 
 from __future__ import annotations
@@ -228,10 +232,14 @@ def _handle(signum: int, frame: FrameType | None) -> None:
 
 
 def _keeping_ours(install: Callable[..., Any]) -> Callable[..., Any]:
-    """`signal.signal` while a command runs: SIGINT and SIGTERM stay with `_handle`."""
+    """`signal.signal` while a command runs: SIGINT and SIGTERM stay with `_handle`. Not in a
+    child forked meanwhile, where a `preexec_fn` sets what the program it runs inherits (the
+    JVM PySpark launches ignores SIGINT so; kept with `_handle`, which the program's start
+    resets, it caught it instead, and a Ctrl-C ended it)."""
+    ours = os.getpid()
 
     def signal_signal(signum: int, handler: Any) -> Any:
-        if signum in SIGNALS and handler is not _handle:
+        if signum in SIGNALS and handler is not _handle and os.getpid() == ours:
             return signal.getsignal(signum)
         return install(signum, handler)
 

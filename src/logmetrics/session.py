@@ -468,8 +468,9 @@ def get_spark(
         log.info("using the platform's Spark session (no packages added)")
         return configure_runtime(SparkSession.builder.appName(app_name).getOrCreate())
 
-    builder = SparkSession.builder.appName(app_name)
-    for key, value in local_conf(settings, days, s3).items():
+    options = {"spark.app.name": app_name, **local_conf(settings, days, s3)}
+    builder = SparkSession.builder
+    for key, value in options.items():
         builder = builder.config(key, value)
     comet = comet_or_warn(settings)
     packages = [installed_delta_package(), *([COMET_PACKAGE] if comet else [])]
@@ -485,6 +486,7 @@ def get_spark(
         os.environ.setdefault(name, value)  # read as Spark starts; its JVM inherits them
     with _jvm_output_to(settings.log_dir) as log_file, resolve_lock():
         try:
+            launch_local_jvm(options)
             spark = builder.getOrCreate()
         except PySparkRuntimeError as exc:
             where = f"; its log: {log_file}" if log_file else ""
@@ -493,6 +495,35 @@ def get_spark(
     if comet:
         check_comet_loaded(spark)
     return spark
+
+
+def launch_local_jvm(options: Mapping[str, str]) -> None:
+    """Launch local Spark's JVM as the session builder would (PySpark's `launch_gateway`, with
+    the builder's `options`), but in a session and process group of its own, for the builder
+    to use (`SparkContext._gateway`). A terminal's Ctrl-C and Airflow's kill signal the whole
+    process group of the command: a JVM in it stopped under the run (SIGTERM ends it; so did
+    SIGINT, which PySpark has it ignore, see `interrupt`), before the run could record its
+    stop in job_runs, and PySpark's threads printed their broken connections to it. Out of the
+    group, the JVM (and PySpark's workers, which it starts) hears of a stop from this process
+    alone (`interrupt.stop_local_spark`; a second signal kills it), and ends with this process
+    whatever its end: the JVM exits when its stdin, a pipe from this process, closes (a
+    SIGKILL too). Not when the builder would start Spark Connect (`spark.api.mode: connect`),
+    which launches its own."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    mode = options.get("spark.api.mode", os.environ.get("SPARK_API_MODE", "classic"))
+    if mode.lower() == "connect":
+        return
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        conf = SparkConf()
+        for key, value in options.items():
+            conf.set(key, value)
+        gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
 
 
 LOCAL_JVM_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2"}
