@@ -44,15 +44,29 @@ COMMANDS = (
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+COMMAND = "COMMAND"
+"""The commands' place in the usage line."""
 _INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<known>.*)\)$")
 
 
 class _ArgumentParser(argparse.ArgumentParser):
     """argparse, but a usage error is a ConfigError (one line, exit 2) like every other, which
     the CLI prints after its one prefix (`logmetrics: error: `): a command's own errors name
-    the command (`run: argument --date: ...`), and a choice misspelt gets a suggestion."""
+    the command (`run: argument --date: ...`), a choice misspelt gets a suggestion, and no
+    command at all lists the commands."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        commands = [
+            name
+            for action in self._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for name in action.choices
+        ]
+        if commands and message == f"the following arguments are required: {COMMAND}":
+            message = (
+                f"give a command: {', '.join(commands[:-1])} or {commands[-1]} "
+                "(`logmetrics --help` says what each does)"
+            )
         invalid = _INVALID_CHOICE.search(message)
         if invalid:
             known = [name.strip().strip("'") for name in invalid["known"].split(",")]
@@ -75,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command",
         required=True,
         title="commands",
-        metavar="COMMAND",
+        metavar=COMMAND,
         parser_class=_ArgumentParser,
     )
     for add in COMMANDS:
