@@ -266,40 +266,37 @@ def test_a_broadcast_too_large_for_the_driver_takes_the_next_plan(tmp_path: Path
     assert "1 day(s) published" in done.stdout
 
 
-def test_a_done_day_and_a_range_without_logs_are_answered_without_spark(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def published(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two days of generated logs, START and the day after, published by a backfill in the
+    suite's session, with a config of absolute paths (the suite's JVM does not resolve paths
+    from the tests' directory): the directory the processes of the tests below run in."""
+    root = tmp_path_factory.mktemp("published")
+    generate(root / "data", START, days=2, queries_per_day=20, seed=5)
+    (root / "job.yaml").write_text(
+        "inputs:\n"
+        f"  served_logs: {{path: '{root / 'data' / 'served_logs'}'}}\n"
+        f"  clusters: {{path: '{root / 'data' / 'clusters_parquet'}', format: parquet}}\n"
+        f"output: {{warehouse: '{root / 'wh'}'}}\n"
+        "spark: {master: 'local[1]', driver_memory: 1g}\n"
+    )
+    from logmetrics.cli import main
+
+    second = START + dt.timedelta(days=1)
+    argv = ["backfill", "--config", str(root / "job.yaml"), "--start", str(START)]
+    assert main([*argv, "--end", str(second)]) == 0
+    return root
+
+
+def test_a_done_day_and_a_range_without_logs_are_answered_without_spark(published: Path) -> None:
     """`run` for a day published from the same files, cluster table and config says it is
-    done, and `backfill` over days no log file holds a row of says they are not ready, each
+    done, and `backfill` over days no log file holds a row of says none of them is ready, each
     counting its days once, with no `java` process under them: the ledger (read with delta-rs),
     the footers and the cluster table's listing answer. A CLI that starts Spark to find there
     is nothing to do fails, however fast the machine."""
-    generate(tmp_path / "data", START, days=2, queries_per_day=20, seed=5)
-    (tmp_path / "job.yaml").write_text(
-        "inputs:\n"
-        f"  served_logs: {{path: '{tmp_path / 'data' / 'served_logs'}'}}\n"
-        f"  clusters: {{path: '{tmp_path / 'data' / 'clusters_parquet'}', format: parquet}}\n"
-        f"output: {{warehouse: '{tmp_path / 'wh'}'}}\n"
-        "spark: {master: 'local[1]', driver_memory: 1g}\n"
-    )
+    tmp_path = published
     config = ("--config", "job.yaml")
     second = START + dt.timedelta(days=1)
-    from logmetrics.cli import main
-
-    assert (
-        main(
-            [
-                "backfill",
-                "--config",
-                str(tmp_path / "job.yaml"),
-                "--start",
-                str(START),
-                "--end",
-                str(second),
-            ]
-        )
-        == 0
-    )
     done = _watched("run", *config, "--date", str(second), cwd=tmp_path)
     assert done[0] == 0, done[1]
     said = (tmp_path / "cli.out").read_text()
@@ -311,8 +308,8 @@ def test_a_done_day_and_a_range_without_logs_are_answered_without_spark(
     )
     assert empty[0] == 5, empty[1]
     assert empty[1].splitlines()[-1] == (
-        f"logmetrics: error: input not ready: {later[0]}, {later[1]}, {later[2]}: no log file "
-        "holds a row of any of them; nothing was computed for them, only for the ready days"
+        f"logmetrics: error: input not ready: no day of {later[0]}..{later[-1]} is ready: no log "
+        "file holds a row of any of them; nothing was computed"
     )
     for _, err, seen in (done, empty):
         assert not any("java" in name for name in seen), seen
