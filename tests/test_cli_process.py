@@ -317,6 +317,53 @@ def test_a_done_day_and_a_range_without_logs_are_answered_without_spark(publishe
     assert not list((tmp_path / "logs").glob("spark-*.log"))
 
 
+def test_alerts_and_report_over_nothing_published_are_answered_without_spark(
+    published: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`alerts` and `report` over days nothing is published for, and over a warehouse that does
+    not exist, answer from the daily table's files (delta-rs) before Spark starts: the same one
+    line from both, exit 1 each, no `java` process under them, no report written. They once
+    started Spark to find nothing (19 s, then `alerts` exited 0 with "0 day(s) judged"; the
+    missing warehouse 15 s): a CLI that starts it fails, however fast the machine."""
+    config = ("--config", "job.yaml")
+    later = ("--start", "2026-05-01", "--end", "2026-05-03")
+    nowhere = ("--set", f"output.warehouse={published / 'nowhere'}")
+    out = ("--out", "report")
+    answers = [
+        _watched("alerts", *config, *later, cwd=published),
+        _watched("report", *config, *later, *out, cwd=published),
+        _watched("alerts", *config, *later, *nowhere, cwd=published),
+        _watched("report", *config, *nowhere, *out, cwd=published),
+    ]
+    empty = (
+        "logmetrics: error: nothing is published for 2026-05-01..2026-05-03: "
+        "unique_clusters_daily has no rows of those days"
+    )
+    missing = (
+        f"logmetrics: error: no unique_clusters_daily table at "
+        f"{published / 'nowhere' / 'unique_clusters_daily'}: run `logmetrics backfill` first"
+    )
+    assert [(status, err.splitlines()) for status, err, _ in answers] == [
+        (1, [empty]),
+        (1, [empty]),
+        (1, [missing]),
+        (1, [missing]),
+    ]
+    for _, _, seen in answers:
+        assert not any("java" in name for name in seen), seen
+    assert not (published / "report").exists()
+    # A range of one day is that day (it was `2026-05-01..2026-05-01`), here in this process.
+    from logmetrics.cli import main
+
+    argv = ["alerts", "--config", str(published / "job.yaml"), "--day-before", "2026-05-02"]
+    assert main(argv) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "logmetrics: error: nothing is published for 2026-05-01: unique_clusters_daily has no "
+        "rows of that day"
+    ]
+    assert not list((published / "logs").glob("spark-*.log"))
+
+
 def test_a_line_logged_by_a_library_on_the_root_logger_prints_nothing_twice(
     tmp_path: Path,
 ) -> None:

@@ -21,10 +21,11 @@ EPILOG = f"""\
 The config: --config FILE (repeatable; later files win), else ${CONFIG_ENV}, else
 ./conf/local.yaml or ./logmetrics.yaml. --set section.key=value overrides one key.
 
-Exit status: 0 done; 1 bad input or a failed run; 2 bad config or command line; 3 a day
-failed a blocking data-quality check and was not published; 4 `alerts --fail-on-alert`
-found an alert; 5 a day's logs are not ready (no files yet, or no ready marker); 130 / 143
-stopped by SIGINT (Ctrl-C) / SIGTERM at a safe point (a second signal stops at once).
+Exit status: 0 done; 1 bad input (`alerts` or `report` over days with nothing published,
+too) or a failed run; 2 bad config or command line; 3 a day failed a blocking data-quality
+check and was not published; 4 `alerts --fail-on-alert` found an alert;
+5 a day's logs are not ready (no files yet, or no ready marker); 130 / 143 stopped by SIGINT
+(Ctrl-C) / SIGTERM at a safe point (a second signal stops at once).
 
 Run `logmetrics COMMAND --help` for a command's options. Docs: README.md, docs/."""
 
