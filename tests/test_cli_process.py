@@ -1,5 +1,6 @@
-"""The real command in its own process: local Spark starts with Delta, errors stay one line (and
-an input file off the contract is named before Spark starts)."""
+"""The real command in its own process: local Spark starts with Delta and writes nothing into the
+working directory, errors stay one line (and an input file off the contract is named before
+Spark starts), and what the files on disk can answer is answered without a JVM."""
 
 from __future__ import annotations
 
@@ -61,9 +62,16 @@ def _path_with_a_foreign_python3(tmp_path: Path) -> dict[str, str]:
 
 
 def test_backfill_in_a_fresh_process_then_a_missing_column(tmp_path: Path) -> None:
+    """A backfill in its own process, its session's catalog a local Hive metastore (as a user's
+    `spark.conf` may ask): it publishes, the JVM's output goes to its log, and the working
+    directory gains only the warehouse and the logs the config names, nothing of Spark's own
+    (`spark-warehouse/`, Derby's `metastore_db/` and `derby.log`: each landed there once).
+    Then a log file without a required column is named in one line, before Spark starts."""
     generate(tmp_path / "data", START, days=2, queries_per_day=50, seed=5)
     config = tmp_path / "job.yaml"
     config.write_text(LOCAL_JOB)
+    env = _path_with_a_foreign_python3(tmp_path)
+    before = {path.name for path in tmp_path.iterdir()}
     ok = _logmetrics(
         "backfill",
         "--config",
@@ -72,14 +80,17 @@ def test_backfill_in_a_fresh_process_then_a_missing_column(tmp_path: Path) -> No
         "2026-04-01",
         "--end",
         "2026-04-02",
+        "--set",
+        'spark.conf={"spark.sql.catalogImplementation": "hive"}',
         cwd=tmp_path,
-        env=_path_with_a_foreign_python3(tmp_path),
+        env=env,
     )
     assert ok.returncode == 0, ok.stderr
     assert "2/2 days done" in ok.stdout
     assert (tmp_path / "wh" / "unique_clusters_daily" / "_delta_log").is_dir()
     assert list((tmp_path / "logs").glob("spark-*.log"))  # the JVM's output went to the log
     assert ":: resolution report ::" not in ok.stderr + ok.stdout
+    assert {path.name for path in tmp_path.iterdir()} - before == {"wh", "logs"}
 
     broken = tmp_path / "broken"
     broken.mkdir()

@@ -12,13 +12,17 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import logging
 import os
 import re
+import shlex
+import shutil
 import socket
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -469,7 +473,7 @@ def get_spark(
         return configure_runtime(SparkSession.builder.appName(app_name).getOrCreate())
 
     builder = SparkSession.builder.appName(app_name)
-    for key, value in local_conf(settings, days, s3).items():
+    for key, value in outside_working_directory(local_conf(settings, days, s3)).items():
         builder = builder.config(key, value)
     comet = comet_or_warn(settings)
     packages = [installed_delta_package(), *([COMET_PACKAGE] if comet else [])]
@@ -493,6 +497,32 @@ def get_spark(
     if comet:
         check_comet_loaded(spark)
     return spark
+
+
+def outside_working_directory(conf: Mapping[str, str]) -> dict[str, str]:
+    """`conf` with what local Spark writes for its session alone, by default in the working
+    directory, in this process's `scratch_dir` instead: Spark's warehouse directory (the
+    in-memory catalog's `default` database: `spark-warehouse/`) and Derby's home (a local
+    Hive metastore's `metastore_db/` and `derby.log`). A location `conf` names wins."""
+    out = dict(conf)
+    out.setdefault("spark.sql.warehouse.dir", os.path.join(scratch_dir(), "spark-warehouse"))
+    java = out.get("spark.driver.extraJavaOptions", "")
+    if "-Dderby.system.home=" not in java:
+        home = shlex.quote(f"-Dderby.system.home={scratch_dir()}")
+        out["spark.driver.extraJavaOptions"] = f"{java} {home}".strip()
+    return out
+
+
+_SCRATCH: list[str] = []
+
+
+def scratch_dir() -> str:
+    """This process's temporary folder for what local Spark writes for its session alone:
+    made on first use, removed when the process ends."""
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.mkdtemp(prefix="logmetrics-spark-"))
+        atexit.register(shutil.rmtree, _SCRATCH[0], ignore_errors=True)
+    return _SCRATCH[0]
 
 
 LOCAL_JVM_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2"}
