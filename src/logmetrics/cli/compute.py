@@ -34,7 +34,7 @@ from logmetrics.cli.readiness import (
     without_files_by_footers,
 )
 from logmetrics.config import Config
-from logmetrics.console import duration, run_log, say
+from logmetrics.console import duration, run_log, say, span_text
 from logmetrics.errors import InputNotReady, LogmetricsError, QualityGateFailed
 from logmetrics.interrupt import check
 
@@ -159,7 +159,7 @@ def _compute(
         scanned=scanned,
     )
     if answered is not None:  # nothing to compute: no JVM started
-        log.info("answered without Spark: no day of %s..%s to compute", start, end)
+        log.info("answered without Spark: no day of %s to compute", span_text(start, end))
         stop_if_not_ready(answered.not_ready, required, seen_only)
         waiting = {**not_ready, **answered.not_ready}
         finish(config, answered, args, waiting, seen_only, whole=(start, end))
