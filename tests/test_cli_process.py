@@ -1,5 +1,6 @@
-"""The real command in its own process: local Spark starts with Delta, errors stay one line (and
-an input file off the contract is named before Spark starts)."""
+"""The real command in its own process: local Spark starts with Delta and writes nothing into the
+working directory, errors stay one line (and an input file off the contract is named before
+Spark starts), and what the files on disk can answer is answered without a JVM."""
 
 from __future__ import annotations
 
@@ -61,9 +62,16 @@ def _path_with_a_foreign_python3(tmp_path: Path) -> dict[str, str]:
 
 
 def test_backfill_in_a_fresh_process_then_a_missing_column(tmp_path: Path) -> None:
+    """A backfill in its own process, its session's catalog a local Hive metastore (as a user's
+    `spark.conf` may ask): it publishes, the JVM's output goes to its log, and the working
+    directory gains only the warehouse and the logs the config names, nothing of Spark's own
+    (`spark-warehouse/`, Derby's `metastore_db/` and `derby.log`: each landed there once).
+    Then a log file without a required column is named in one line, before Spark starts."""
     generate(tmp_path / "data", START, days=2, queries_per_day=50, seed=5)
     config = tmp_path / "job.yaml"
     config.write_text(LOCAL_JOB)
+    env = _path_with_a_foreign_python3(tmp_path)
+    before = {path.name for path in tmp_path.iterdir()}
     ok = _logmetrics(
         "backfill",
         "--config",
@@ -72,14 +80,17 @@ def test_backfill_in_a_fresh_process_then_a_missing_column(tmp_path: Path) -> No
         "2026-04-01",
         "--end",
         "2026-04-02",
+        "--set",
+        'spark.conf={"spark.sql.catalogImplementation": "hive"}',
         cwd=tmp_path,
-        env=_path_with_a_foreign_python3(tmp_path),
+        env=env,
     )
     assert ok.returncode == 0, ok.stderr
     assert "2/2 days done" in ok.stdout
     assert (tmp_path / "wh" / "unique_clusters_daily" / "_delta_log").is_dir()
     assert list((tmp_path / "logs").glob("spark-*.log"))  # the JVM's output went to the log
     assert ":: resolution report ::" not in ok.stderr + ok.stdout
+    assert {path.name for path in tmp_path.iterdir()} - before == {"wh", "logs"}
 
     broken = tmp_path / "broken"
     broken.mkdir()
@@ -266,40 +277,37 @@ def test_a_broadcast_too_large_for_the_driver_takes_the_next_plan(tmp_path: Path
     assert "1 day(s) published" in done.stdout
 
 
-def test_a_done_day_and_a_range_without_logs_are_answered_without_spark(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def published(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two days of generated logs, START and the day after, published by a backfill in the
+    suite's session, with a config of absolute paths (the suite's JVM does not resolve paths
+    from the tests' directory): the directory the processes of the tests below run in."""
+    root = tmp_path_factory.mktemp("published")
+    generate(root / "data", START, days=2, queries_per_day=20, seed=5)
+    (root / "job.yaml").write_text(
+        "inputs:\n"
+        f"  served_logs: {{path: '{root / 'data' / 'served_logs'}'}}\n"
+        f"  clusters: {{path: '{root / 'data' / 'clusters_parquet'}', format: parquet}}\n"
+        f"output: {{warehouse: '{root / 'wh'}'}}\n"
+        "spark: {master: 'local[1]', driver_memory: 1g}\n"
+    )
+    from logmetrics.cli import main
+
+    second = START + dt.timedelta(days=1)
+    argv = ["backfill", "--config", str(root / "job.yaml"), "--start", str(START)]
+    assert main([*argv, "--end", str(second)]) == 0
+    return root
+
+
+def test_a_done_day_and_a_range_without_logs_are_answered_without_spark(published: Path) -> None:
     """`run` for a day published from the same files, cluster table and config says it is
-    done, and `backfill` over days no log file holds a row of says they are not ready, each
+    done, and `backfill` over days no log file holds a row of says none of them is ready, each
     counting its days once, with no `java` process under them: the ledger (read with delta-rs),
     the footers and the cluster table's listing answer. A CLI that starts Spark to find there
     is nothing to do fails, however fast the machine."""
-    generate(tmp_path / "data", START, days=2, queries_per_day=20, seed=5)
-    (tmp_path / "job.yaml").write_text(
-        "inputs:\n"
-        f"  served_logs: {{path: '{tmp_path / 'data' / 'served_logs'}'}}\n"
-        f"  clusters: {{path: '{tmp_path / 'data' / 'clusters_parquet'}', format: parquet}}\n"
-        f"output: {{warehouse: '{tmp_path / 'wh'}'}}\n"
-        "spark: {master: 'local[1]', driver_memory: 1g}\n"
-    )
+    tmp_path = published
     config = ("--config", "job.yaml")
     second = START + dt.timedelta(days=1)
-    from logmetrics.cli import main
-
-    assert (
-        main(
-            [
-                "backfill",
-                "--config",
-                str(tmp_path / "job.yaml"),
-                "--start",
-                str(START),
-                "--end",
-                str(second),
-            ]
-        )
-        == 0
-    )
     done = _watched("run", *config, "--date", str(second), cwd=tmp_path)
     assert done[0] == 0, done[1]
     said = (tmp_path / "cli.out").read_text()
@@ -311,13 +319,60 @@ def test_a_done_day_and_a_range_without_logs_are_answered_without_spark(
     )
     assert empty[0] == 5, empty[1]
     assert empty[1].splitlines()[-1] == (
-        f"logmetrics: error: input not ready: {later[0]}, {later[1]}, {later[2]}: no log file "
-        "holds a row of any of them; nothing was computed for them, only for the ready days"
+        f"logmetrics: error: input not ready: no day of {later[0]}..{later[-1]} is ready: no log "
+        "file holds a row of any of them; nothing was computed"
     )
     for _, err, seen in (done, empty):
         assert not any("java" in name for name in seen), seen
         assert "starting local Spark" not in err
     assert not list((tmp_path / "logs").glob("spark-*.log"))
+
+
+def test_alerts_and_report_over_nothing_published_are_answered_without_spark(
+    published: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`alerts` and `report` over days nothing is published for, and over a warehouse that does
+    not exist, answer from the daily table's files (delta-rs) before Spark starts: the same one
+    line from both, exit 1 each, no `java` process under them, no report written. They once
+    started Spark to find nothing (19 s, then `alerts` exited 0 with "0 day(s) judged"; the
+    missing warehouse 15 s): a CLI that starts it fails, however fast the machine."""
+    config = ("--config", "job.yaml")
+    later = ("--start", "2026-05-01", "--end", "2026-05-03")
+    nowhere = ("--set", f"output.warehouse={published / 'nowhere'}")
+    out = ("--out", "report")
+    answers = [
+        _watched("alerts", *config, *later, cwd=published),
+        _watched("report", *config, *later, *out, cwd=published),
+        _watched("alerts", *config, *later, *nowhere, cwd=published),
+        _watched("report", *config, *nowhere, *out, cwd=published),
+    ]
+    empty = (
+        "logmetrics: error: nothing is published for 2026-05-01..2026-05-03: "
+        "unique_clusters_daily has no rows of those days"
+    )
+    missing = (
+        f"logmetrics: error: no unique_clusters_daily table at "
+        f"{published / 'nowhere' / 'unique_clusters_daily'}: run `logmetrics backfill` first"
+    )
+    assert [(status, err.splitlines()) for status, err, _ in answers] == [
+        (1, [empty]),
+        (1, [empty]),
+        (1, [missing]),
+        (1, [missing]),
+    ]
+    for _, _, seen in answers:
+        assert not any("java" in name for name in seen), seen
+    assert not (published / "report").exists()
+    # A range of one day is that day (it was `2026-05-01..2026-05-01`), here in this process.
+    from logmetrics.cli import main
+
+    argv = ["alerts", "--config", str(published / "job.yaml"), "--day-before", "2026-05-02"]
+    assert main(argv) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "logmetrics: error: nothing is published for 2026-05-01: unique_clusters_daily has no "
+        "rows of that day"
+    ]
+    assert not list((published / "logs").glob("spark-*.log"))
 
 
 def test_a_line_logged_by_a_library_on_the_root_logger_prints_nothing_twice(

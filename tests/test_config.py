@@ -118,6 +118,30 @@ def test_a_misspelt_key_is_named_with_the_nearest_one_and_a_scalar_for_a_list_sa
     assert str(raised.value) == message
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("metrics.ks=[5, 0]", "metrics.ks: every k must be a positive integer (got [5, 0])"),
+        ("metrics.ks=[5, 5]", "metrics.ks: must not repeat a k (got [5, 5])"),
+        (
+            "metrics.segment_by=[surface, Surface]",
+            "metrics.segment_by: must not repeat a column (case aside) "
+            "(got ['surface', 'Surface'])",
+        ),
+        (
+            "output.schema=a-b",
+            "output.schema: must be a plain identifier (letters, digits, _) (got 'a-b')",
+        ),
+    ],
+)
+def test_a_value_refused_is_shown_once(config_file: Path, override: str, message: str) -> None:
+    """The whole line: the rule, then the value given, once (`[5, 0]` was `got [5, 0] (got
+    [5, 0])`)."""
+    with pytest.raises(ConfigError) as raised:
+        load_config([config_file], [override])
+    assert str(raised.value) == message
+
+
 def test_the_help_is_written_for_users(capsys: pytest.CaptureFixture[str]) -> None:
     """`logmetrics --help` opens with what the tool does and ends with where the config comes
     from and the exit statuses, not the module's developer docstring."""

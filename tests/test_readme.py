@@ -83,6 +83,23 @@ def _git(root: Path, *args: str) -> str:
     return done.stdout
 
 
+def _tree(root: Path) -> set[str]:
+    """Every file and directory under `root` but `.git`, empty and git-ignored ones included:
+    what `git status` does not show (an ignored `spark-warehouse/`, an empty directory)."""
+    return {
+        path.relative_to(root).as_posix()
+        for path in root.rglob("*")
+        if path.relative_to(root).parts[0] != ".git"
+    }
+
+
+def _outputs(argv: list[str]) -> tuple[str, ...]:
+    """Where a README command may write in the clone: the warehouse and the logs the shipped
+    config names, and its own `--out`."""
+    named = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--out"]
+    return ("warehouse", "logs", *named)
+
+
 def _clone(root: Path) -> None:
     """`root` as a fresh clone holds it before `make demo`: the shipped config and the
     .gitignore, committed."""
@@ -168,11 +185,16 @@ def test_the_readme_commands_run_as_written(
 ) -> None:
     """Each `logmetrics` command of the README, in its order, exits as its comment says (0
     unless `exit N:`): the Commands block, the layered config's backfill and `evaluate` on
-    the demo's judged set, which says where its scores are. Then the clone's `git status` is
-    clean: nothing was written where the user did not ask (views.sql beside the warehouse,
-    every output in a directory .gitignore names). Fails on a command that cannot run as
-    written (`evaluate --config eval.yaml`, a config file the clone lacks) or a file left in
-    the working tree."""
+    the demo's judged set, which says where its scores are. Nothing was written where the
+    user did not ask: each command changed the clone only under the warehouse, the logs and
+    its own `--out` (every file and directory compared before and after it, git-ignored and
+    empty ones included), and the clone's `git status` is clean after them (views.sql beside
+    the warehouse, every output in a directory .gitignore names). Fails on a command that
+    cannot run as written (`evaluate --config eval.yaml`, a config file the clone lacks), a
+    file left in the working tree, or a directory such as `spark-warehouse/` made beside the
+    outputs. (Spark's own files are a process's: the commands here share the suite's JVM,
+    whose working directory is not the clone; tests/test_cli_process.py's backfill checks
+    them.)"""
     commands = _commands()
     assert [argv[1] for argv, _ in commands][-2:] == ["backfill", "evaluate"]
     assert len(commands) >= 10 and [status for _, status in commands].count(4) == 1
@@ -181,7 +203,20 @@ def test_the_readme_commands_run_as_written(
     capsys.readouterr()
     with _relative_to(spark, demo.root):
         for argv, status in commands:
+            before = _tree(demo.root)
             assert main(argv[1:]) == status, (argv, capsys.readouterr().err[-2000:])
+            if argv[1:4] == ["run", "--date", "2026-10-30"] and "--force" in argv:
+                out = capsys.readouterr().out  # a range of one day is that day
+                lines = out.splitlines()
+                assert any(line.startswith("2026-10-30: 1 day(s) published, ") for line in lines)
+                assert "2026-10-30..2026-10-30" not in out, out
+            outputs = _outputs(argv)
+            elsewhere = {
+                path
+                for path in before ^ _tree(demo.root)
+                if not any(path == out or path.startswith(f"{out}/") for out in outputs)
+            }
+            assert elsewhere == set(), (argv, elsewhere)
     said = capsys.readouterr().out
     assert (demo.root / "reports" / "october" / "index.html").is_file()
     assert (demo.root / "warehouse" / "views.sql").is_file()

@@ -1020,7 +1020,8 @@ def test_cli_report_range_without_rows_is_one_line(
     assert cli.main([*argv, "--out", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err.strip()
     assert err == (
-        "logmetrics: error: unique_clusters_daily has no rows from 2027-01-01 to 2027-01-31"
+        "logmetrics: error: nothing is published for 2027-01-01..2027-01-31: "
+        "unique_clusters_daily has no rows of those days"
     )
     assert not (tmp_path / "out").exists()
 

@@ -54,6 +54,11 @@ def duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+def span_text(first: dt.date, last: dt.date) -> str:
+    """`2026-10-01..2026-10-30`, or `2026-10-30` for a range of one day."""
+    return str(first) if first == last else f"{first}..{last}"
+
+
 def days_text(days: Sequence[dt.date], most: int = 4) -> str:
     """`2026-10-01, 2026-10-03` or, for many days, `12 days from 2026-10-01 to 2026-10-30`."""
     ordered = sorted(days)

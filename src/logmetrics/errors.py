@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ class LogmetricsError(Exception):
     """A condition we expect and can explain in one line (bad input, missing path, ...)."""
 
     exit_code = 1
+    then: Callable[[], None] | None = None
+    """What the command says after the error's line (a failed run's closing line), if any."""
 
 
 class ConfigError(LogmetricsError):

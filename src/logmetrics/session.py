@@ -12,13 +12,17 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import logging
 import os
 import re
+import shlex
+import shutil
 import socket
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -468,7 +472,10 @@ def get_spark(
         log.info("using the platform's Spark session (no packages added)")
         return configure_runtime(SparkSession.builder.appName(app_name).getOrCreate())
 
-    options = {"spark.app.name": app_name, **local_conf(settings, days, s3)}
+    options = {
+        "spark.app.name": app_name,
+        **outside_working_directory(local_conf(settings, days, s3)),
+    }
     builder = SparkSession.builder
     for key, value in options.items():
         builder = builder.config(key, value)
@@ -524,6 +531,32 @@ def launch_local_jvm(options: Mapping[str, str]) -> None:
         gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
+
+
+def outside_working_directory(conf: Mapping[str, str]) -> dict[str, str]:
+    """`conf` with what local Spark writes for its session alone, by default in the working
+    directory, in this process's `scratch_dir` instead: Spark's warehouse directory (the
+    in-memory catalog's `default` database: `spark-warehouse/`) and Derby's home (a local
+    Hive metastore's `metastore_db/` and `derby.log`). A location `conf` names wins."""
+    out = dict(conf)
+    out.setdefault("spark.sql.warehouse.dir", os.path.join(scratch_dir(), "spark-warehouse"))
+    java = out.get("spark.driver.extraJavaOptions", "")
+    if "-Dderby.system.home=" not in java:
+        home = shlex.quote(f"-Dderby.system.home={scratch_dir()}")
+        out["spark.driver.extraJavaOptions"] = f"{java} {home}".strip()
+    return out
+
+
+_SCRATCH: list[str] = []
+
+
+def scratch_dir() -> str:
+    """This process's temporary folder for what local Spark writes for its session alone:
+    made on first use, removed when the process ends."""
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.mkdtemp(prefix="logmetrics-spark-"))
+        atexit.register(shutil.rmtree, _SCRATCH[0], ignore_errors=True)
+    return _SCRATCH[0]
 
 
 LOCAL_JVM_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2"}

@@ -9,8 +9,8 @@ import logging
 
 from logmetrics.cli.arguments import check_range, config_arguments, date, day_before_argument
 from logmetrics.cli.common import check_outputs_reachable, command_config, now, spark_for, writing
-from logmetrics.console import say
-from logmetrics.errors import AlertsFired, ConfigError
+from logmetrics.console import say, span_text
+from logmetrics.errors import AlertsFired, ConfigError, InputError
 
 log = logging.getLogger("logmetrics")
 
@@ -45,23 +45,27 @@ def alerts_range(args: argparse.Namespace) -> tuple[dt.date, dt.date]:
 
 
 def alerts_command(args: argparse.Namespace) -> int:
+    """Judge the range's published days; a range with none (or no daily table) is an
+    `InputError` like `report`'s, said before Spark starts where the table's files can say."""
     start, end = alerts_range(args)
     config = command_config(args)
     from logmetrics.flows.alerts import announce, publish_alerts
     from logmetrics.flows.backfill import considered_days
+    from logmetrics.tables.catalog import DAILY_TABLE, check_rows_without_spark, no_rows_line
 
     computed_at = now()
     days = considered_days(start, end)
     check_outputs_reachable(config)
+    check_rows_without_spark(config.output, DAILY_TABLE, start, end)
     spark = spark_for(config)
     with writing(spark, config, args):
         rows, culprits = publish_alerts(spark, config, days, args.run_id, computed_at)
-    alerts, improvements = announce(rows, culprits)
     judged = rows["metric_date"].nunique()
-    say(
-        log,
-        f"{start}..{end}: {judged} day(s) judged, {alerts} alert(s), {improvements} improvement(s)",
-    )
+    if not judged:
+        raise InputError(no_rows_line(DAILY_TABLE, start, end))
+    alerts, improvements = announce(rows, culprits)
+    span = span_text(start, end)
+    say(log, f"{span}: {judged} day(s) judged, {alerts} alert(s), {improvements} improvement(s)")
     if alerts and args.fail_on_alert:
-        raise AlertsFired(f"{alerts} alert(s) from {start} to {end} (--fail-on-alert)")
+        raise AlertsFired(f"{alerts} alert(s) in {span} (--fail-on-alert)")
     return 0

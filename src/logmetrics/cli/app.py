@@ -43,7 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"logmetrics: {exc}", file=sys.stderr)
         return exc.exit_code
     except LogmetricsError as exc:
-        print(f"logmetrics: error: {exc}", file=sys.stderr)
+        print(f"logmetrics: error: {exc}", file=sys.stderr, flush=True)
+        if exc.then is not None:
+            exc.then()
         return exc.exit_code
     except KeyboardInterrupt:
         print("logmetrics: interrupted", file=sys.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import Collection, Mapping
@@ -33,8 +34,8 @@ from logmetrics.cli.readiness import (
     without_files_by_footers,
 )
 from logmetrics.config import Config
-from logmetrics.console import duration, run_log, say
-from logmetrics.errors import InputNotReady, QualityGateFailed
+from logmetrics.console import duration, run_log, say, span_text
+from logmetrics.errors import InputNotReady, LogmetricsError, QualityGateFailed
 from logmetrics.interrupt import check
 
 if TYPE_CHECKING:
@@ -158,9 +159,10 @@ def _compute(
         scanned=scanned,
     )
     if answered is not None:  # nothing to compute: no JVM started
-        log.info("answered without Spark: no day of %s..%s to compute", start, end)
+        log.info("answered without Spark: no day of %s to compute", span_text(start, end))
         stop_if_not_ready(answered.not_ready, required, seen_only)
-        finish(config, answered, args, {**not_ready, **answered.not_ready}, seen_only)
+        waiting = {**not_ready, **answered.not_ready}
+        finish(config, answered, args, waiting, seen_only, whole=(start, end))
         return 0
     warm_up(config.quality)  # great-expectations loads while Spark starts
     check("no day computed")  # safe points: before Spark starts, and once it has
@@ -189,7 +191,7 @@ def _compute(
     not_ready = {**not_ready, **summary.not_ready}
     stop_if_not_ready(summary.not_ready, required, seen_only)
     log.info("where the time went: %s", phases.describe(), extra={"fields": phases.fields()})
-    finish(config, summary, args, not_ready, seen_only)
+    finish(config, summary, args, not_ready, seen_only, whole=(start, end))
     return 0
 
 
@@ -199,9 +201,11 @@ def finish(
     args: argparse.Namespace,
     not_ready: Mapping[dt.date, str] | None = None,
     seen_only: Collection[dt.date] = (),
+    whole: tuple[dt.date, dt.date] | None = None,
 ) -> None:
-    """After a run: the failing checks, collapsed across days, and the closing line on the
-    terminal; then exit 3 for days a blocking check held back, or 5 for days not ready."""
+    """After the run of the range `whole`: the failing checks, collapsed across days, and the
+    closing line on the terminal; but for days a blocking check held back exit 3, and for
+    days not ready exit 5, the closing line said after the error's."""
     from logmetrics.quality.policy import failing_checks
 
     not_ready = dict(not_ready or summary.not_ready)
@@ -215,17 +219,25 @@ def finish(
     holding = config.quality.on_failure == "fail"
     for line in failing_checks([day.verdict for day in summary.days], blocking=not holding):
         say(log, line, logging.WARNING)
-    _closing_line(config, summary, not_ready, seen_only, args)
     failures = summary.failures()
+    waiting = {d: p for d, p in not_ready.items() if d not in seen_only}
+    error: LogmetricsError | None = None
     if failures and holding:
         held = "\n".join(f"  not published: {line}" for line in failures)
-        raise QualityGateFailed(f"{len(failures)} day(s) failed a blocking quality check\n{held}")
-    waiting = {d: p for d, p in not_ready.items() if d not in seen_only}
-    if waiting:
+        error = QualityGateFailed(f"{len(failures)} day(s) failed a blocking quality check\n{held}")
+    elif whole is not None and len(waiting) == (whole[1] - whole[0]).days + 1:  # none ready
+        error = InputNotReady(not_ready_line(waiting, "nothing was computed", whole))
+    elif waiting:
         them = "it" if len(waiting) == 1 else "them"
-        raise InputNotReady(
+        error = InputNotReady(
             not_ready_line(waiting, f"nothing was computed for {them}, only for the ready days")
         )
+    closing = functools.partial(_closing_line, config, summary, not_ready, seen_only, args)
+    if error is None:
+        closing()
+        return
+    error.then = closing  # said after the error's line: the run's last word
+    raise error
 
 
 def _closing_line(

@@ -21,10 +21,11 @@ EPILOG = f"""\
 The config: --config FILE (repeatable; later files win), else ${CONFIG_ENV}, else
 ./conf/local.yaml or ./logmetrics.yaml. --set section.key=value overrides one key.
 
-Exit status: 0 done; 1 bad input or a failed run; 2 bad config or command line; 3 a day
-failed a blocking data-quality check and was not published; 4 `alerts --fail-on-alert`
-found an alert; 5 a day's logs are not ready (no files yet, or no ready marker); 130 / 143
-stopped by SIGINT (Ctrl-C) / SIGTERM at a safe point (a second signal stops at once).
+Exit status: 0 done; 1 bad input (`alerts` or `report` over days with nothing published,
+too) or a failed run; 2 bad config or command line; 3 a day failed a blocking data-quality
+check and was not published; 4 `alerts --fail-on-alert` found an alert;
+5 a day's logs are not ready (no files yet, or no ready marker); 130 / 143 stopped by SIGINT
+(Ctrl-C) / SIGTERM at a safe point (a second signal stops at once).
 
 Run `logmetrics COMMAND --help` for a command's options. Docs: README.md, docs/."""
 
@@ -44,15 +45,29 @@ COMMANDS = (
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+COMMAND = "COMMAND"
+"""The commands' place in the usage line."""
 _INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<known>.*)\)$")
 
 
 class _ArgumentParser(argparse.ArgumentParser):
     """argparse, but a usage error is a ConfigError (one line, exit 2) like every other, which
     the CLI prints after its one prefix (`logmetrics: error: `): a command's own errors name
-    the command (`run: argument --date: ...`), and a choice misspelt gets a suggestion."""
+    the command (`run: argument --date: ...`), a choice misspelt gets a suggestion, and no
+    command at all lists the commands."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        commands = [
+            name
+            for action in self._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for name in action.choices
+        ]
+        if commands and message == f"the following arguments are required: {COMMAND}":
+            message = (
+                f"give a command: {', '.join(commands[:-1])} or {commands[-1]} "
+                "(`logmetrics --help` says what each does)"
+            )
         invalid = _INVALID_CHOICE.search(message)
         if invalid:
             known = [name.strip().strip("'") for name in invalid["known"].split(",")]
@@ -75,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command",
         required=True,
         title="commands",
-        metavar="COMMAND",
+        metavar=COMMAND,
         parser_class=_ArgumentParser,
     )
     for add in COMMANDS:

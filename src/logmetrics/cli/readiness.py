@@ -119,10 +119,13 @@ def without_files_by_footers(config: Config, days: Sequence[dt.date]) -> dict[dt
     return {d: NO_LOG_FILES for d, files in found.items() if files is not None and not files.files}
 
 
-def not_ready_line(missing: dict[dt.date, str], what_happened: str) -> str:
+def not_ready_line(
+    missing: dict[dt.date, str], what_happened: str, whole: tuple[dt.date, dt.date] | None = None
+) -> str:
     """`input not ready: <the days>: <why>; <what happened>`, the days counted once: one
-    reason for all of them (no log files), or the first day's marker and the others'."""
-    from logmetrics.console import days_text
+    reason for all of them (no log files), or the first day's marker and the others'. The days
+    of `whole`, a range of more than one day, are `no day of <first>..<last> is ready`."""
+    from logmetrics.console import days_text, span_text
 
     days = sorted(missing)
     reasons = {missing[d] for d in days}
@@ -133,7 +136,10 @@ def not_ready_line(missing: dict[dt.date, str], what_happened: str) -> str:
             if len(reasons) == 1
             else f"{why}, nor the other days' markers"
         )
-    return f"input not ready: {days_text(days)}: {why}; {what_happened}"
+    named = days_text(days)
+    if whole is not None and whole[0] != whole[1]:
+        named = f"no day of {span_text(*whole)} is ready"
+    return f"input not ready: {named}: {why}; {what_happened}"
 
 
 def stop_if_not_ready(

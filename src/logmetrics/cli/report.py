@@ -21,9 +21,14 @@ def add_report(commands: argparse._SubParsersAction) -> None:
 
 
 def report_command(args: argparse.Namespace) -> int:
+    """The report of the range; a range with nothing published (or no daily table) is an
+    `InputError` like `alerts`', said before Spark starts where the table's files can say."""
     check_range(args.start, args.end)
     config = command_config(args)
     from logmetrics.report import load_report_data, render
+    from logmetrics.tables.catalog import DAILY_TABLE, check_rows_without_spark
+
+    check_rows_without_spark(config.output, DAILY_TABLE, args.start, args.end)
 
     data = load_report_data(spark_for(config), config, args.start, args.end)
     index = render(data, Path(args.out))

@@ -41,9 +41,9 @@ from logmetrics.tables.catalog import (
     ALERTS_TABLE,
     CROWDING_TABLE,
     DAILY_TABLE,
+    no_table_line,
     read_table,
     replace_dates,
-    table_ref,
 )
 
 log = logging.getLogger(__name__)
@@ -136,10 +136,7 @@ def published_daily(
     if daily_df is None and missing_ok:
         return pd.DataFrame(columns=DAILY_COLUMNS)
     if daily_df is None:
-        raise InputError(
-            f"no {DAILY_TABLE.name} table at {table_ref(config.output, DAILY_TABLE)}: "
-            "nothing is published to judge (run `logmetrics backfill` first)"
-        )
+        raise InputError(no_table_line(config.output, DAILY_TABLE))
     selected = daily_df.where(
         F.col("metric_date").between(F.lit(first), F.lit(last))
         & F.col("k").isin(list(config.metrics.ks))

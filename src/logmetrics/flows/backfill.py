@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 
 from logmetrics import interrupt
 from logmetrics.config import Config
-from logmetrics.console import days_text, duration, say
+from logmetrics.console import days_text, duration, say, span_text
 from logmetrics.errors import InputError, failure_line
 from logmetrics.flows import ledger
 from logmetrics.flows.calibration import (
@@ -440,7 +440,7 @@ def _compute_days(
             for chunk_dates in date_chunks(dates, config.backfill.days_per_chunk):
                 interrupt.check()  # a safe point: no chunk begins once a stop was asked for
                 chunk_began = time.monotonic()
-                progress.now(f"{chunk_dates[0]}..{chunk_dates[-1]}", chunk_began)
+                progress.now(span_text(chunk_dates[0], chunk_dates[-1]), chunk_began)
                 chunk_corrupt = [c for c in corrupt if c.days(chunk_dates)]
                 chunk = Chunk(
                     spark,
@@ -670,7 +670,7 @@ def _log_progress(
     eta_text = f", ETA {duration(eta)}" if done < total_days else ""
     say(
         log,
-        f"{days[0].metric_date}..{days[-1].metric_date}: {published} day(s) published"
+        f"{span_text(days[0].metric_date, days[-1].metric_date)}: {published} day(s) published"
         + (f", {len(held)} held back ({days_text(held)})" if held else "")
         + f", {queries:,} queries in {duration(seconds)} | {done}/{total_days} days done, "
         f"{rate:.2f} days/s{eta_text}",

@@ -13,6 +13,7 @@ import pandas as pd
 from pyspark.sql import SparkSession
 
 from logmetrics.config import Config
+from logmetrics.console import span_text
 from logmetrics.errors import InputError
 from logmetrics.rules.calibration import is_missing, problem, uncalibrated, version_key
 from logmetrics.schemas import DETECTOR_CALIBRATION
@@ -70,10 +71,9 @@ def warn_uncalibrated(
         else f"the cluster table (detector {config.inputs.clusters.detector or 'not labelled'})"
     )
     log.warning(
-        "no detector_calibration row for %s, from which %d day(s) of %s..%s were computed: "
+        "no detector_calibration row for %s, from which %d day(s) of %s were computed: "
         "their numbers stand without the detector's measured precision and recall",
         table,
         len(days),
-        min(days),
-        max(days),
+        span_text(min(days), max(days)),
     )

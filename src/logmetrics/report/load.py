@@ -33,8 +33,9 @@ from logmetrics.tables.catalog import (
     K_SWEEP_TABLE,
     REDUNDANCY_COST_TABLE,
     Table,
+    no_rows_line,
+    no_table_line,
     read_table,
-    table_ref,
 )
 
 log = logging.getLogger(__name__)
@@ -58,17 +59,14 @@ def load_report_data(
     output = config.output
     daily_df = read_table(spark, output, DAILY_TABLE)
     if daily_df is None:
-        raise ReportError(
-            f"no {DAILY_TABLE.name} table at {table_ref(output, DAILY_TABLE)}: "
-            "run `logmetrics backfill` first"
-        )
+        raise ReportError(no_table_line(output, DAILY_TABLE))
     if start is None or end is None:
         first, last = daily_df.agg(F.min("metric_date"), F.max("metric_date")).first() or (
             None,
             None,
         )
         if first is None or last is None:
-            raise ReportError(f"{DAILY_TABLE.name} has no rows")
+            raise ReportError(no_rows_line(DAILY_TABLE))
         start = start or first
         end = end or last
         if start > end:
@@ -76,7 +74,7 @@ def load_report_data(
     assert start is not None and end is not None
     daily = _in_range(daily_df, start, end, DAILY_COLUMNS)
     if daily.empty:
-        raise ReportError(f"{DAILY_TABLE.name} has no rows from {start} to {end}")
+        raise ReportError(no_rows_line(DAILY_TABLE, start, end))
     k_sweep = _optional(spark, output, K_SWEEP_TABLE, start, end, _K_SWEEP_COLUMNS)
     cost = _optional(spark, output, REDUNDANCY_COST_TABLE, start, end, _COST_COLUMNS)
     alerts_df = read_table(spark, output, ALERTS_TABLE)  # absent: no marks, and no error

@@ -32,6 +32,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from logmetrics.config import OutputConfig
+from logmetrics.console import span_text
+from logmetrics.errors import InputError
 from logmetrics.interrupt import committing
 from logmetrics.schemas import (
     ALERTS,
@@ -48,7 +50,7 @@ from logmetrics.schemas import (
     REDUNDANCY_COST,
     by_query_schema,
 )
-from logmetrics.tables import storage
+from logmetrics.tables import delta_rs, storage
 from logmetrics.tables.delta_paths import delta_path_identifier, read_delta_path
 from logmetrics.tables.lease import check_held
 
@@ -646,6 +648,49 @@ def read_table(spark: SparkSession, output: OutputConfig, table: Table) -> DataF
     if ref.name is not None:
         return spark.read.table(ref.name) if spark.catalog.tableExists(ref.name) else None
     return read_delta_path(spark, str(ref.location))
+
+
+def no_table_line(output: OutputConfig, table: Table) -> str:
+    """What a command that reads `table` says when it is not written yet."""
+    return f"no {table.name} table at {table_ref(output, table)}: run `logmetrics backfill` first"
+
+
+def no_rows_line(table: Table, first: dt.date | None = None, last: dt.date | None = None) -> str:
+    """What a command that reads `table` over first..last (None, None: all of it) says when
+    the table has no row there."""
+    if first is None or last is None:
+        return f"{table.name} has no rows"
+    them = "that day" if first == last else "those days"
+    return f"nothing is published for {span_text(first, last)}: {table.name} has no rows of {them}"
+
+
+def check_rows_without_spark(
+    output: OutputConfig, table: Table, first: dt.date | None = None, last: dt.date | None = None
+) -> None:
+    """Before Spark starts, from the table's Delta log and files (delta-rs, `tables.delta_rs`):
+    an `InputError` when the table at its path does not exist (`no_table_line`) or, over
+    first..last (both None: the whole table; one None: not asked), has no row
+    (`no_rows_line`). Nothing when it has, or when it cannot be read that way (catalog tables,
+    a store or a table delta-rs has no reader for): Spark reads it and says the same."""
+    location = table_ref(output, table).location
+    if location is None:
+        return
+    try:
+        found = delta_rs.open_table(location)
+    except delta_rs.NoReader:
+        return
+    if found is None:
+        raise InputError(no_table_line(output, table))
+    if (first is None) != (last is None):
+        return
+    bounds = [] if first is None else [("metric_date", ">=", first), ("metric_date", "<=", last)]
+    try:
+        rows = found.to_pyarrow_table(columns=["metric_date"], filters=bounds or None).num_rows
+    except Exception as exc:  # a feature delta-rs lacks: Spark reads it
+        log.info("delta-rs cannot read %s (%s): Spark reads it", location, exc)
+        return
+    if not rows:
+        raise InputError(no_rows_line(table, first, last))
 
 
 def dates_predicate(dates: Sequence[dt.date]) -> str:

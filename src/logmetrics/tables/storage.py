@@ -257,8 +257,9 @@ def problem(path: str, exc: OSError) -> str:
     the store's, which names the bucket and key only)."""
     text = str(exc)
     if "NETWORK_CONNECTION" in text or "curlCode" in text:
-        where = _settings.endpoint or "the AWS endpoint"
-        return f"the S3 endpoint {where} does not answer"
+        if _settings.endpoint is None:
+            return "AWS's S3 endpoint does not answer (no spark.hadoop.fs.s3a.endpoint is set)"
+        return f"the S3 endpoint {_settings.endpoint} does not answer"
     if re.search(r"ACCESS_DENIED|InvalidAccessKeyId|SignatureDoesNotMatch|403", text):
         return "the S3 store refused this process's credentials (environment, profile or role)"
     if "NO_SUCH_BUCKET" in text or "NoSuchBucket" in text:
