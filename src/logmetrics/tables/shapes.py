@@ -117,6 +117,9 @@ def contract_plan(
     """How the data with this schema ({name: type}) is read into the contract; an InputError
     naming the data's column (or field) when a column is missing, has a type the contract
     cannot read, or is of another shape than the configured one. No session needed."""
+    for name in shape.read_columns():  # every column there before any type is judged
+        if name != "tokens":
+            _column(fields, name, what, shape)
     request_id = _column(fields, "request_id", what, shape)
     served_at = _column(fields, "served_at", what, shape)
     columns = {
