@@ -290,7 +290,7 @@ def test_the_log_shapes_copies_hold_the_same_requests() -> None:
     copy a row per entry in list order, an empty list one row without a chunk id, a null list
     no row (docs/inputs.md's exploded shape)."""
     import pyarrow as pa
-    from benchmarks.log_shapes import _exploded, _renamed
+    from benchmarks.log_shapes import _exploded, _regrouped, _renamed
 
     at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     entry = pa.struct([("rank", pa.int32()), ("chunk_id", pa.string())])
@@ -319,3 +319,10 @@ def test_the_log_shapes_copies_hold_the_same_requests() -> None:
     assert [r["query_id"] for r in renamed] == ["a", "b", "c", None]
     assert renamed[0]["hits"] == [{"doc": "x", "pos": 2}, {"doc": None, "pos": 1}]
     assert renamed[2]["hits"] is None and renamed[1]["hits"] == []
+    twice = pa.concat_tables([table, table.slice(0, 1)])  # a copy served at the same instant
+    regrouped = [(r["request_id"], r["results"]) for r in _regrouped(twice).to_pylist()]
+    assert regrouped == [
+        ("a", [{"rank": 2, "chunk_id": "x"}, {"rank": 1, "chunk_id": None}]),
+        ("b", []),
+        (None, [{"rank": 1, "chunk_id": "z"}]),
+    ]
