@@ -318,11 +318,17 @@ def _checked(path: str) -> Place | None:
 _S3_URI = re.compile(r"\bs3a?://[^\s:;,'\"()]+")
 _PYARROW_KEY = re.compile(r"key '([^']*)' in bucket '([^']*)'")
 _WHAT_FAILED = (
-    (r"SlowDown|Slow Down|HTTP status 503|\b503\b|[Tt]hrottl", "503 SlowDown (throttled)"),
-    (r"[Cc]onnection refused|Couldn't connect|curlCode: 7\b", "connection refused"),
+    (r"[Cc]onnection refused|[Cc](?:ould not|ouldn't) connect|curlCode: 7\b", "connection refused"),
     (r"[Cc]onnection reset|curlCode: 56|Recv failure|reset by peer", "connection reset"),
+    (
+        r"SlowDown|Slow Down|HTTP status 503|[Ss]tatus [Cc]ode: 503|[Tt]hrottled",
+        "503 SlowDown (throttled)",
+    ),
     (r"[Tt]imed? ?out|[Tt]imeout|curlCode: 28|did not respond", "no answer in time"),
-    (r"AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|\b403\b", "credentials refused"),
+    (
+        r"AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|Status Code: 403",
+        "credentials refused",
+    ),
 )
 """What failed, by what the store's error says, in the order they are looked for."""
 
@@ -343,7 +349,8 @@ def store_failure(exc: BaseException) -> str | None:
         path = f"s3a://{keyed.group(2)}/{keyed.group(1)}"
     else:
         return None
-    what = next((said for pattern, said in _WHAT_FAILED if re.search(pattern, text)), None)
+    said = _PYARROW_KEY.sub("", _S3_URI.sub("", text))  # what the store said, not the paths
+    what = next((what for pattern, what in _WHAT_FAILED if re.search(pattern, said)), None)
     if what is None:  # an error on S3 that is not the store's (a damaged file, say)
         return None
     store = _settings.endpoint or "the AWS endpoint"
