@@ -77,9 +77,9 @@ def _serialized(retry: Callable[..., Any]) -> Callable[..., Any]:
             n = next(_commits)
             _say(f"begins {n} {what}")
             ledger = what.endswith("/job_runs")
-            here = (
-                POINT == "ledger-append" and ledger and next(_ledger_appends) == 2
-            ) or (POINT == "table-commit" and not ledger and next(_tables_begun) == 1)
+            here = (POINT == "ledger-append" and ledger and next(_ledger_appends) == 2) or (
+                POINT == "table-commit" and not ledger and next(_tables_begun) == 1
+            )
             made = action
             if here:
 

@@ -170,7 +170,10 @@ class HttpFaultProxy:
                     self.end_headers()
                     self.wfile.write(payload)
                     return
-                self._pass(body)
+                try:
+                    self._pass(body)
+                except OSError:  # the server is not there: its client sees the connection close
+                    self.close_connection = True
 
             def _pass(self, body: bytes) -> None:
                 upstream = http.client.HTTPConnection(*proxy._upstream, timeout=120)
