@@ -145,7 +145,9 @@ class WriterLease:
                 log.error("%s", self._lost)
                 return
             except Exception as exc:  # the store did not answer: try again at the next turn
-                log.warning("could not renew the writer lease at %s: %s", self._uri, exc)
+                # In the run's log only: a store that stopped answering fails the run's own
+                # requests too, which the terminal hears of once, from the CLI.
+                log.info("could not renew the writer lease at %s", self._uri, exc_info=exc)
                 self._etag = self._etag_now() or self._etag
 
     def _etag_now(self) -> str | None:
@@ -171,7 +173,7 @@ class WriterLease:
                 path = _path(self._spark, self._uri)
                 path.getFileSystem(self._spark._jsc.hadoopConfiguration()).delete(path, False)
         except Exception as exc:  # it lapses by itself
-            log.warning("could not release the writer lease at %s: %s", self._uri, exc)
+            log.info("could not release the writer lease at %s", self._uri, exc_info=exc)
 
     def _holds(self, holder: _Holder | None, etag: str) -> bool:
         """Whether the lease the store holds is this run's: the ETag of its last renewal, or
