@@ -203,6 +203,7 @@ def place(path: str) -> Place | None:
     bucket = rest.split("/", 1)[0]
     if not bucket:
         raise InputError(f"{path}: an S3 path is {kind}://bucket/key")
+    _BUCKETS.add(bucket)
     return Place(rest.rstrip("/"), f"{kind}://")
 
 
@@ -317,6 +318,8 @@ def _checked(path: str) -> Place | None:
 
 _S3_URI = re.compile(r"\bs3a?://[^\s:;,'\"()]+")
 _PYARROW_KEY = re.compile(r"key '([^']*)' in bucket '([^']*)'")
+_S3A_KEY = re.compile(r"\b[A-Z][\w ]* on ([^\s:]+/[^\s:]+): ")  # S3A's `Writing Object on <key>: `
+_BUCKETS: set[str] = set()  # of the S3 paths this process placed: where a bare key lies
 _WHAT_FAILED = (
     (r"[Cc]onnection refused|[Cc](?:ould not|ouldn't) connect|curlCode: 7\b", "connection refused"),
     (r"[Cc]onnection reset|curlCode: 56|Recv failure|reset by peer", "connection reset"),
@@ -343,10 +346,14 @@ def store_failure(exc: BaseException) -> str | None:
         return None
     found = _S3_URI.search(text)
     keyed = _PYARROW_KEY.search(text)
+    on_key = _S3A_KEY.search(text)
     if found is not None:
         path = found.group(0).rstrip(".")
     elif keyed is not None:
         path = f"s3a://{keyed.group(2)}/{keyed.group(1)}"
+    elif on_key is not None:  # S3A names some requests' object by its key alone
+        key = on_key.group(1)
+        path = f"s3a://{next(iter(_BUCKETS))}/{key}" if len(_BUCKETS) == 1 else f"key {key}"
     else:
         return None
     said = _PYARROW_KEY.sub("", _S3_URI.sub("", text))  # what the store said, not the paths
