@@ -108,7 +108,7 @@ def test_a_commit_answered_after_the_run_gave_up_lands_whole_and_is_restated(
     (`_delta_log/<version>.json`) for 40 s, then takes it; the run gives up on it after 15 s:
     exit 1, one line naming the store, that commit file and `no answer in time`, the night's
     `failed` row in the ledger, the lease released. The commit lands afterwards: the table's
-    log holds it whole, the night's rows in the table beside a ledger that never said
+    log holds it whole (the stopped run's commit), readable, beside a ledger that never said
     `published`. The next run right away restates the night: every table as the
     uninterrupted nightly, the day once. Fails if a late commit leaves the day twice, if the
     run hangs on the held PUT, or on a traceback or a lease left held."""
@@ -137,11 +137,16 @@ def test_a_commit_answered_after_the_run_gave_up_lands_whole_and_is_restated(
     finally:
         proxy.stop()
     storage.configure(store.server.spark_conf)
+    rows = ledger(s3_spark, warehouse)
+    assert [r.status for r in rows] == ["started", "failed"], rows
+    stopped_run = rows[-1].run_id
+    commit = storage.place(line["path"])  # the late commit: whole, the stopped run's
+    assert commit is not None
+    actions = [json.loads(text) for text in commit.read_text().splitlines()]
+    info = next(action["commitInfo"] for action in actions if "commitInfo" in action)
+    assert json.loads(info["userMetadata"])["logmetrics_run"] == stopped_run
     table = line["path"].rsplit("/_delta_log/", 1)[0]
     version = int(line["path"].rsplit("/", 1)[1].removesuffix(".json"))
-    days = s3_spark.read.format("delta").option("versionAsOf", version).load(table)
-    assert days.where(days.metric_date == NIGHT).count() > 0  # the late commit, whole
-    statuses = [r.status for r in ledger(s3_spark, warehouse)]
-    assert statuses == ["started", "failed"], statuses
+    s3_spark.read.format("delta").option("versionAsOf", version).load(table).collect()
     next_config = settings(tmp_path / "next.yaml", store.root, warehouse, store.server.endpoint)
     assert_next_run_exact(s3_spark, store, ["--config", str(next_config)], warehouse)
