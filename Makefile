@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: install demo test test-fast lint format lock clean test-deploy bench bench-fixed-cost \
 	cluster-up cluster-down cluster-status test-cluster wheel test-compat test-release \
-	compat-venv s3-server
+	compat-venv s3-server s3-faults
 
 install: $(STAMP)
 
@@ -25,6 +25,12 @@ demo: install
 # nothing): deploy/s3/seaweedfs.sh, benchmarks/s3_server.py.
 s3-server:
 	@bash deploy/s3/seaweedfs.sh build >/dev/null
+
+# The storage-fault tests' injector between S3A and that server (Toxiproxy, built from its pinned
+# Go module into the same cache: a minute once per machine): deploy/s3/toxiproxy.sh,
+# tests/storage_faults.py.
+s3-faults: s3-server
+	@bash deploy/s3/toxiproxy.sh build >/dev/null
 
 # The whole suite on three workers (pytest-xdist, a module per worker at a time: tests/conftest.py
 # hands out the longest first) on plain Spark (the suite's engine: tests/suite_session.py). The
@@ -91,11 +97,12 @@ test-compat: compat-venv
 	LOGMETRICS_TEST_CODEGEN=on $(COMPAT_VENV)/bin/python -m pytest $(XDIST) -p no:cacheprovider \
 		--durations=15 --run-wheel $(COMPAT_TESTS)
 
-test-release: compat-venv s3-server
+test-release: compat-venv s3-faults
 	$(BIN)/python -m pytest $(XDIST) -m platform tests/test_hive_metastore.py
 	$(BIN)/python -m pytest -n 2 -m "reliability or objectstore" --durations=10 \
 		tests/flows/test_nightly_commits.py tests/test_stopping.py tests/test_object_storage_runs.py \
-		tests/test_orchestration.py tests/test_cli_process.py tests/flows/test_held_days.py
+		tests/test_orchestration.py tests/test_cli_process.py tests/flows/test_held_days.py \
+		tests/faults
 	LOGMETRICS_TEST_ACCELERATOR=comet $(BIN)/python -m pytest $(XDIST) -m "not platform" \
 		--durations=15 $(REFERENCE_TESTS)
 	LOGMETRICS_TEST_CODEGEN=on $(COMPAT_VENV)/bin/python -m pytest $(XDIST) -p no:cacheprovider \

@@ -60,6 +60,7 @@ class S3Server:
     log: Path
     metrics_port: int = 0
     buckets: set[str] = field(default_factory=set)
+    command: list[str] = field(default_factory=list)  # what started it: `restart` runs it again
 
     @property
     def env(self) -> dict[str, str]:
@@ -119,12 +120,35 @@ class S3Server:
 
     def stop(self) -> None:
         if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGCONT)  # a paused server takes its SIGTERM
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
+
+    def pause(self) -> None:
+        """Stall the server (SIGSTOP): the kernel still takes connections and requests, and
+        nothing answers them until `resume`, which answers every request it took meanwhile."""
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.killpg(self.process.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        """The server gone at once (SIGKILL): its ports refuse connections until `restart`."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def restart(self, timeout: float = 60.0) -> None:
+        """The killed server started again on the same data, ports and keys; returns once it
+        takes an object."""
+        with open(self.log, "ab") as sink:
+            self.process = subprocess.Popen(
+                self.command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        _wait_until_writable(self, time.monotonic() + timeout)
 
 
 def start(
@@ -178,11 +202,18 @@ def start(
         process = subprocess.Popen(
             command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
         )
-    server = S3Server(f"http://127.0.0.1:{s3}", access, secret, process, log, metrics_port)
-    deadline = time.monotonic() + timeout
+    server = S3Server(
+        f"http://127.0.0.1:{s3}", access, secret, process, log, metrics_port, command=command
+    )
+    return _wait_until_writable(server, time.monotonic() + timeout)
+
+
+def _wait_until_writable(server: S3Server, deadline: float) -> S3Server:
+    """`server` once its S3 gateway answers and takes an object; stopped, and an error, when
+    it stops or does not by `deadline`."""
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"SeaweedFS stopped at start: {log.read_text()[-2000:]}")
+        if server.process.poll() is not None:
+            raise RuntimeError(f"SeaweedFS stopped at start: {server.log.read_text()[-2000:]}")
         try:
             urllib.request.urlopen(server.endpoint, timeout=1)
         except urllib.error.HTTPError:  # the gateway answers (403: no credentials)
@@ -191,7 +222,7 @@ def start(
             pass
         time.sleep(0.25)
     server.stop()
-    raise RuntimeError(f"SeaweedFS's S3 gateway did not answer in {timeout:.0f} s: {log}")
+    raise RuntimeError(f"SeaweedFS's S3 gateway did not answer in time: {server.log}")
 
 
 def _writable(server: S3Server, deadline: float) -> S3Server:

@@ -354,12 +354,19 @@ S3A_CONF = {
     # the writer lease keeps a second writer out (docs/config.md, "Object storage"). A
     # nightly's writes on S3 took 12.5 s instead of 20 s with it.
     "spark.hadoop.fs.s3a.performance.flags": "create,mkdir,delete",
-    # A store that stops answering fails the run in seconds, not minutes: S3A's own defaults
-    # retry a refused connection for about a minute and wait 30 s to connect
-    # (docs/config.md, "Object storage").
-    "spark.hadoop.fs.s3a.connection.establish.timeout": "5s",
-    "spark.hadoop.fs.s3a.retry.limit": "3",
-    "spark.hadoop.fs.s3a.attempts.maximum": "3",
+    # The run's patience with a store that stalls, vanishes, throttles or resets: about a
+    # minute of any of them is ridden out, and a store gone for good fails the run within a
+    # bound (docs/config.md, "Object storage", has both, derived from these). S3A's defaults
+    # retry a 503 with back-off doubling from 100 ms twenty times (hours), and a stalled upload
+    # 48 times 200 s.
+    "spark.hadoop.fs.s3a.connection.establish.timeout": "15s",  # S3A's floor
+    "spark.hadoop.fs.s3a.connection.request.timeout": "30s",
+    "spark.hadoop.fs.s3a.connection.timeout": "30s",  # no byte for 30 s: the attempt failed
+    "spark.hadoop.fs.s3a.attempts.maximum": "1",  # the AWS SDK's retries within each of S3A's
+    "spark.hadoop.fs.s3a.retry.limit": "6",
+    "spark.hadoop.fs.s3a.retry.interval": "1s",
+    "spark.hadoop.fs.s3a.retry.throttle.limit": "6",
+    "spark.hadoop.fs.s3a.retry.throttle.interval": "1s",
 }
 """What a local session adds when a configured path is on S3, besides S3A's jar; `spark.conf`
 wins over each (the endpoint, path-style access and region are the user's: docs/config.md)."""

@@ -54,6 +54,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
+        from logmetrics.tables.storage import store_failure
+
+        stopped_by = store_failure(exc)  # an S3 store that failed (S3A's or a direct read)
+        if stopped_by is not None:
+            log.info("the store failed: %s", stopped_by, exc_info=exc)  # the trace, in the log
+            print(f"logmetrics: error: {stopped_by}", file=sys.stderr)
+            return 1
         if isinstance(exc, PySparkException | Py4JError):
             line = failure_line(exc)
             log.info("Spark failed: %s", line, exc_info=exc)  # the trace, in the run's log

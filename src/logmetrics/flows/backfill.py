@@ -509,8 +509,8 @@ def _record_unfinished(
             finished_at=dt.datetime.now(dt.UTC),
             error=error,
         )
-    except Exception:
-        log.warning("could not record the %s days in job_runs", status, exc_info=True)
+    except Exception:  # in the run's log: the terminal hears of the run's own error, once
+        log.info("could not record the %s days in job_runs", status, exc_info=True)
     log.info("%d day(s) %s: %s", len(dates), status, error)
 
 

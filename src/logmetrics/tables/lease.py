@@ -129,7 +129,14 @@ class WriterLease:
             try:
                 self._etag = _write(self._spark, self._uri, self._holder.text(), self._etag)
             except _Refused:
-                found = _read(self._spark, self._uri)
+                mine = self._etag_now()
+                if mine is not None:  # refused over a renewal of its own that landed unseen
+                    self._etag = mine
+                    continue
+                try:
+                    found = _read(self._spark, self._uri)
+                except Exception:  # the store does not answer: it is read at the next turn
+                    continue
                 who = found[0].describe() if found and found[0] else "another run"
                 self._lost = (
                     f"the writer lease of {self._uri} was taken by {who}: this run stops "
@@ -138,7 +145,22 @@ class WriterLease:
                 log.error("%s", self._lost)
                 return
             except Exception as exc:  # the store did not answer: try again at the next turn
-                log.warning("could not renew the writer lease at %s: %s", self._uri, exc)
+                # In the run's log only: a store that stopped answering fails the run's own
+                # requests too, which the terminal hears of once, from the CLI.
+                log.info("could not renew the writer lease at %s", self._uri, exc_info=exc)
+                self._etag = self._etag_now() or self._etag
+
+    def _etag_now(self) -> str | None:
+        """The lease's ETag when the store holds this run's lease, else None. A renewal whose
+        answer was lost (a connection reset, a timeout) may have landed all the same: its
+        ETag is then the one the next renewal and the release must name."""
+        try:
+            found = _read(self._spark, self._uri)
+        except Exception:  # the store still does not answer: the next turn reads it again
+            return None
+        if found is None or found[0] is None or found[0].run_id != self._holder.run_id:
+            return None
+        return found[1]
 
     def release(self) -> None:
         self._stop.set()
@@ -147,11 +169,16 @@ class WriterLease:
             return
         try:
             found = _read(self._spark, self._uri)
-            if found is not None and found[1] == self._etag:
+            if found is not None and self._holds(*found):
                 path = _path(self._spark, self._uri)
                 path.getFileSystem(self._spark._jsc.hadoopConfiguration()).delete(path, False)
         except Exception as exc:  # it lapses by itself
-            log.warning("could not release the writer lease at %s: %s", self._uri, exc)
+            log.info("could not release the writer lease at %s", self._uri, exc_info=exc)
+
+    def _holds(self, holder: _Holder | None, etag: str) -> bool:
+        """Whether the lease the store holds is this run's: the ETag of its last renewal, or
+        a renewal of its own that landed after its answer was lost."""
+        return etag == self._etag or (holder is not None and holder.run_id == self._holder.run_id)
 
 
 _CURRENT: list[WriterLease] = []

@@ -37,9 +37,14 @@ Databricks and EMR accept it)."""
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
-S3_CONNECT_SECONDS, S3_REQUEST_SECONDS, S3_ATTEMPTS = 5, 30, 3
+S3_CONNECT_SECONDS, S3_REQUEST_SECONDS, S3_ATTEMPTS = 5, 20, 10
 """How long a request to S3 may wait to connect, to be answered, and how many times it is
-tried: an endpoint that does not answer is said in seconds."""
+tried (the AWS SDK's standard back-off between tries, up to 20 s), in a run: about a minute and
+a half of a store that refuses, resets or throttles is ridden out, as S3A rides it out
+(`session.S3A_CONF`; docs/config.md, "Object storage")."""
+S3_CHECK_ATTEMPTS = 3
+"""The tries of the checks made before Spark starts (`check_exists`, `check_reachable`): an
+endpoint that does not answer then is said in a second or two."""
 
 
 def scheme(path: str) -> str | None:
@@ -110,6 +115,7 @@ class Place:
 
     path: str
     prefix: str
+    quick: bool = False  # S3: S3_CHECK_ATTEMPTS tries, for the checks before Spark starts
 
     @property
     def local(self) -> bool:
@@ -119,7 +125,7 @@ class Place:
     def fs(self) -> pafs.FileSystem:
         if self.local:
             return _filesystem("local")
-        return _filesystem("s3", self.path.split("/", 1)[0])
+        return _filesystem("s3", self.path.split("/", 1)[0], self.quick)
 
     def uri(self, path: str | None = None) -> str:
         """A path of this file system (by default this place's) as Spark names it: an
@@ -197,26 +203,29 @@ def place(path: str) -> Place | None:
     bucket = rest.split("/", 1)[0]
     if not bucket:
         raise InputError(f"{path}: an S3 path is {kind}://bucket/key")
+    _BUCKETS.add(bucket)
     return Place(rest.rstrip("/"), f"{kind}://")
 
 
-def _filesystem(kind: str, bucket: str = "") -> pafs.FileSystem:
-    """One pyarrow file system per kind and settings (an S3 one per bucket's region)."""
+def _filesystem(kind: str, bucket: str = "", quick: bool = False) -> pafs.FileSystem:
+    """One pyarrow file system per kind and settings (an S3 one per bucket's region, and
+    patience: `quick` for the checks before Spark starts)."""
     settings = _settings
-    key = (kind, (settings, bucket) if kind == "s3" else None)
+    key = (kind, (settings, bucket, quick) if kind == "s3" else None)
     with _lock:
         found = _filesystems.get(key)
         if found is None:
-            found = pafs.LocalFileSystem() if kind == "local" else _s3(settings, bucket)
+            found = pafs.LocalFileSystem() if kind == "local" else _s3(settings, bucket, quick)
             _filesystems[key] = found
         return found
 
 
-def _s3(settings: S3Settings, bucket: str) -> pafs.FileSystem:
+def _s3(settings: S3Settings, bucket: str, quick: bool = False) -> pafs.FileSystem:
+    attempts = S3_CHECK_ATTEMPTS if quick else S3_ATTEMPTS
     options: dict[str, Any] = {
         "connect_timeout": S3_CONNECT_SECONDS,
         "request_timeout": S3_REQUEST_SECONDS,
-        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS),
+        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=attempts),
     }
     endpoint = settings.endpoint
     if endpoint is not None:
@@ -271,7 +280,7 @@ def problem(path: str, exc: OSError) -> str:
 def check_exists(path: str, what: str) -> None:
     """An `InputError` naming `path` when it does not exist, its bucket does not, or its store
     cannot be reached; nothing for a store with no reader here (Spark says it, if need be)."""
-    where = place(path)
+    where = _checked(path)
     if where is None:
         return
     try:
@@ -288,7 +297,7 @@ def check_exists(path: str, what: str) -> None:
 def check_reachable(path: str, what: str) -> None:
     """For a location written to (a warehouse, a keys directory): its S3 bucket exists and
     answers this process's credentials; a local path needs nothing."""
-    where = place(path)
+    where = _checked(path)
     if where is None or where.local:
         return
     bucket = where.path.split("/", 1)[0]
@@ -298,6 +307,79 @@ def check_reachable(path: str, what: str) -> None:
         raise InputError(f"{what}: {problem(path, exc)}") from None
     if found.type == pafs.FileType.NotFound:
         raise InputError(f"{what}: its bucket {bucket!r} does not exist")
+
+
+def _checked(path: str) -> Place | None:
+    """`place(path)` with the checks' patience (S3_CHECK_ATTEMPTS)."""
+    where = place(path)
+    return None if where is None else Place(where.path, where.prefix, quick=True)
+
+
+# --- a store that failed a run, in one line -------------------------------------------------
+
+_S3_URI = re.compile(r"\bs3a?://[^\s:;,'\"()]+")
+_PYARROW_KEY = re.compile(r"key '([^']*)' in bucket '([^']*)'")
+_S3A_KEY = re.compile(r"\b[A-Z][\w ]* on ([^\s:]+/[^\s:]+): ")  # S3A's `Writing Object on <key>: `
+_BUCKETS: set[str] = set()  # of the S3 paths this process placed: where a bare key lies
+_WHAT_FAILED = (
+    (r"[Cc]onnection refused|[Cc](?:ould not|ouldn't) connect|curlCode: 7\b", "connection refused"),
+    (r"[Cc]onnection reset|curlCode: 56|Recv failure|reset by peer", "connection reset"),
+    (
+        r"SlowDown|Slow Down|HTTP status 503|[Ss]tatus [Cc]ode: 503|[Tt]hrottled",
+        "503 SlowDown (throttled)",
+    ),
+    (r"[Tt]imed? ?out|[Tt]imeout|curlCode: 28|did not respond", "no answer in time"),
+    (
+        r"AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|Status Code: 403",
+        "credentials refused",
+    ),
+)
+"""What failed, by what the store's error says, in the order they are looked for."""
+
+
+def store_failure(exc: BaseException) -> str | None:
+    """One line for a run stopped by its S3 store (through S3A or a direct read): the store
+    (its endpoint), the path, and what failed (refused, reset, throttled, no answer in
+    time); None for an error that is not an S3 store's."""
+    texts = [str(exc), *_java_messages(exc)]
+    text = "\n".join(texts)
+    if not ("s3a://" in text or "AWS Error" in text or "software.amazon.awssdk" in text):
+        return None
+    found = _S3_URI.search(text)
+    keyed = _PYARROW_KEY.search(text)
+    on_key = _S3A_KEY.search(text)
+    if found is not None:
+        path = found.group(0).rstrip(".")
+    elif keyed is not None:
+        path = f"s3a://{keyed.group(2)}/{keyed.group(1)}"
+    elif on_key is not None:  # S3A names some requests' object by its key alone
+        key = on_key.group(1)
+        path = f"s3a://{next(iter(_BUCKETS))}/{key}" if len(_BUCKETS) == 1 else f"key {key}"
+    else:
+        return None
+    said = _PYARROW_KEY.sub("", _S3_URI.sub("", text))  # what the store said, not the paths
+    what = next((what for pattern, what in _WHAT_FAILED if re.search(pattern, said)), None)
+    if what is None:  # an error on S3 that is not the store's (a damaged file, say)
+        return None
+    store = _settings.endpoint or "the AWS endpoint"
+    return (
+        f"the S3 store at {store} failed the run at {path}: {what}, after the retries its "
+        'settings allow (docs/config.md, "Object storage"); the days it had not published '
+        "are the next run's"
+    )
+
+
+def _java_messages(exc: BaseException) -> list[str]:
+    """The messages of a JVM error's causes (a Py4J or PySpark error), outermost first."""
+    java = getattr(exc, "java_exception", None)
+    out: list[str] = []
+    try:
+        while java is not None and len(out) < 50:
+            out.append(f"{java.getClass().getName()}: {java.getMessage() or ''}")
+            java = java.getCause()
+    except Exception:  # the JVM is gone: what Python holds is all there is
+        pass
+    return out
 
 
 def mtime_text(info: pafs.FileInfo) -> str:
