@@ -75,7 +75,7 @@ def test_delta_table_at_an_odd_path_is_read_by_sql(spark: Any, tmp_path: Path) -
     path = tmp_path / ODD / "clusters"
     spark.range(3).write.format("delta").save(str(path))
     spark.range(2).write.format("delta").mode("append").save(str(path))
-    assert _latest_delta_version(spark, str(path)) == 1
+    assert _latest_delta_version(spark, delta_path_identifier(str(path)), "clusters") == 1
     assert spark.sql(f"SELECT count(*) AS n FROM {delta_path_identifier(str(path))}").first().n == 5
 
 
