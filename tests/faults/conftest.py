@@ -371,6 +371,24 @@ def warehouse(store: Store, request: pytest.FixtureRequest) -> Iterator[str]:
 
 POINTS = ["reading-logs", "main-pass", "table-commit", "ledger-append", "lease-renewal"]
 """Where a nightly meets the fault (tests/faulted_run.py)."""
+
+
+def points(*per_change: str) -> list[Any]:
+    """POINTS as a test's parameters, those not in `per_change` marked `exhaustive`: `.ci/run`
+    meets each fault at the points named, `make test-release` at every point. The points
+    named cover what each client of the store does with each fault once: the direct reads
+    (pyarrow: `reading-logs`) with every fault, since each is told apart there (a stall by
+    its timeout, an outage by a refused connection, a 503 by its code, a reset); S3A in the
+    main pass and in Delta's commits; the lease's conditional writes, whose lost answers
+    (a reset, a stall) may have landed; every point met by some fault."""
+    unknown = set(per_change) - set(POINTS)
+    assert not unknown, unknown
+    return [
+        point if point in per_change else pytest.param(point, marks=pytest.mark.exhaustive)
+        for point in POINTS
+    ]
+
+
 SLACK = 300.0
 """What a faulted run may take, past the fault's own length and its S3 patience, for the rest
 of its work (a nightly on this data under the suite's load); a run not ended by then hangs."""

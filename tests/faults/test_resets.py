@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from conftest import POINTS, Scenario, Store, check_nightly_rides_out
+from conftest import Scenario, Store, check_nightly_rides_out, points
 
 pytestmark = [pytest.mark.slow, pytest.mark.objectstore, pytest.mark.faults]
 
@@ -37,7 +37,7 @@ def resets(store: Store, toxiproxy: Any) -> Scenario:
     return Scenario("connection resets", endpoint, fault)
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("point", points("reading-logs", "table-commit", "lease-renewal"))
 def test_connection_resets_are_ridden_out(
     s3_spark: SparkSession,
     store: Store,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from conftest import POINTS, Scenario, Store, check_nightly_rides_out
+from conftest import Scenario, Store, check_nightly_rides_out, points
 from storage_faults import HttpFaultProxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.objectstore, pytest.mark.faults]
@@ -38,7 +38,7 @@ def slow_down(store: Store) -> Iterator[Scenario]:
     proxy.stop()
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("point", points("reading-logs", "main-pass"))
 def test_throttling_is_ridden_out(
     s3_spark: SparkSession,
     store: Store,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from conftest import POINTS, Scenario, Store, check_nightly_rides_out
+from conftest import Scenario, Store, check_nightly_rides_out, points
 
 pytestmark = [pytest.mark.slow, pytest.mark.objectstore, pytest.mark.faults]
 
@@ -35,7 +35,9 @@ def stall(store: Store) -> Scenario:
     return Scenario("stall", server.endpoint, fault)
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize(
+    "point", points("reading-logs", "main-pass", "table-commit", "lease-renewal")
+)
 def test_a_stall_is_ridden_out(
     s3_spark: SparkSession,
     store: Store,

@@ -22,7 +22,6 @@ from conftest import (
     DAYS,
     NIGHT,
     PATIENCE,
-    POINTS,
     SLACK,
     Rows,
     Scenario,
@@ -30,6 +29,7 @@ from conftest import (
     assert_ended_cleanly,
     check_nightly_rides_out,
     ledger,
+    points,
     record,
     run_through,
     settings,
@@ -54,7 +54,7 @@ def vanish(store: Store) -> Scenario:
     return Scenario("vanish", server.endpoint, fault)
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("point", points("reading-logs", "ledger-append"))
 def test_an_outage_is_ridden_out(
     s3_spark: SparkSession,
     store: Store,
