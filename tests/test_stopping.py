@@ -9,18 +9,20 @@ in the ledger; its local JVM has ended when the process has. A second signal end
 at once, the JVM first. Each time, the next run (in this process) leaves every table as an
 uninterrupted run does, whose published tables equal the pure-Python reference.
 
-The same signals are also sent to the run's whole process group (`os.killpg`), as a terminal's
-Ctrl-C and Airflow's kill send them, at start-up, in the main pass and in a commit, twice, and
-as a SIGKILL: the run behaves as when it alone is signalled, and no process of its group, or of
-the session its local JVM runs in, is left.
+The signals are sent as a terminal's Ctrl-C and Airflow's kill send them: to the run's whole
+process group (`os.killpg`), which holds the run's own process, so that a signal to the
+process alone (`kill PID`) is covered by the same tests: the run behaves the same, and no
+process of its group, or of the session its local JVM runs in, is left. Each point is checked
+with one signal: SIGINT and SIGTERM at start-up, SIGTERM in the main pass (Airflow), SIGINT
+inside a commit (Ctrl-C), two in a row (SIGTERM then SIGINT inside a commit, to the process;
+Ctrl-C twice, to the group), and a SIGKILL.
 
 The warehouse each stopped run starts from has the first two days published, so that the
 run computes the last two (one chunk), appending them to tables that exist.
 
-The main pass's SIGTERM, the Ctrl-C during a commit, the two signals and every signal to the
-group are marked `reliability` (`make test-release`, run by hand before a release): each is a
-process and a resumed run, a minute or more of `make test`'s budget; `make test` keeps both
-signals at start-up (to the process alone) and the signals of a process forked meanwhile."""
+Those past start-up are marked `reliability` (`.ci/run` runs them after `make test`: `make
+test-guarantees`): each is a process and a resumed run, a minute or more; `make test` keeps
+both signals at start-up and the signals of a process forked meanwhile."""
 
 from __future__ import annotations
 
@@ -334,15 +336,17 @@ def warehouse(warehouses: Warehouses, tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_while_local_spark_starts_stops_before_anything_is_computed(
+def test_a_group_signal_while_local_spark_starts_stops_before_anything_is_computed(
     data: Path, tmp_path: Path, sent: signal.Signals
 ) -> None:
-    """SIGINT (Ctrl-C) or SIGTERM while the JVM starts (launched, PySpark not yet connected):
-    exit 130 or 143, one line, local Spark stopped, no commit at all. Fails if the start-up
-    swallows a Ctrl-C and the run goes on to publish (Spark's own SIGINT handler raised
-    inside a call into the JVM, a Py4J error taken for a Comet that did not load), if a
-    SIGTERM kills the process with no handler, or if the JVM is left running."""
-    stopped = _signalled(_config(data, tmp_path / "wh"), "start-up", [sent])
+    """SIGINT (Ctrl-C) or SIGTERM to the run's whole process group while its JVM starts
+    (launched, PySpark not yet connected), as a terminal and Airflow send them; it reaches the
+    run's own process as a signal to it alone does: exit 130 or 143, one line, local Spark
+    stopped, no commit at all. Fails if the start-up swallows a Ctrl-C and the run goes on to
+    publish (Spark's own SIGINT handler raised inside a call into the JVM, a Py4J error taken
+    for a Comet that did not load), if a SIGTERM kills the process with no handler, if the
+    JVM is in the run's group (it dies under the run), or if it is left running."""
+    stopped = _signalled(_config(data, tmp_path / "wh"), "start-up", [sent], group=True)
     _assert_stopped_cleanly(
         stopped,
         f"logmetrics: interrupted ({sent.name}): no day computed; run again to resume",
@@ -369,38 +373,6 @@ def test_a_process_started_while_a_command_runs_keeps_the_signals_it_is_given() 
         assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # this process: held
     ignored = int(child.stdout.split()[1], 16)
     assert ignored & 1 << (signal.SIGINT - 1), child.stdout
-
-
-@pytest.mark.reliability
-def test_sigterm_in_the_main_pass_stops_it_and_records_the_days_interrupted(
-    spark: SparkSession, warehouses: Warehouses, warehouse: Path
-) -> None:
-    """SIGTERM once the first chunk's main pass begins (the run's `started` rows committed):
-    exit 143, one line naming the days, `interrupted` rows for both, the only commit after
-    the signal theirs; the next run computes the days again. Fails without a handler (the
-    process dies with the signal, no ledger row, the JVM left behind) or if the chunk's
-    tables are written after the signal."""
-    config = _config(warehouses.data, warehouse)
-    before = _versions(warehouse)
-    stopped = _signalled(config, "main-pass", [signal.SIGTERM])
-    _assert_stopped_at("main-pass", spark, warehouse, before, stopped, signal.SIGTERM)
-    _assert_resumes(spark, warehouses, warehouse)
-
-
-@pytest.mark.reliability
-def test_ctrl_c_during_a_table_commit_lets_it_land_and_begins_no_other(
-    spark: SparkSession, warehouses: Warehouses, warehouse: Path
-) -> None:
-    """SIGINT inside the chunk's second table commit (commits one at a time; the first is the
-    run's `started` rows): that commit lands, every later one is refused but the ledger's
-    `interrupted` rows; each table's Delta log holds exactly the commits that landed; exit 130
-    and one line; the next run replaces what the stopped run appended. Fails if the chunk's
-    other tables are still written, or its `published` rows, or with a Py4J traceback."""
-    config = _config(warehouses.data, warehouse)
-    before = _versions(warehouse)
-    stopped = _signalled(config, "commit:3", [signal.SIGINT])
-    _assert_stopped_at("commit:3", spark, warehouse, before, stopped, signal.SIGINT)
-    _assert_resumes(spark, warehouses, warehouse)
 
 
 def _assert_stopped_at(
@@ -491,33 +463,13 @@ def _assert_stopped_at_once(
 # too while PySpark's wish that it ignore SIGINT was lost), the run cannot record its stop
 # (`warning: could not record the interrupted days`), PySpark's threads print tracebacks.
 
-GROUP_SIGNALS = pytest.mark.parametrize(
-    "sent", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"]
+
+@pytest.mark.reliability
+@pytest.mark.parametrize(
+    ("sent", "point"),
+    [(signal.SIGTERM, "main-pass"), (signal.SIGINT, "commit:3")],
+    ids=["SIGTERM-main-pass", "SIGINT-commit:3"],
 )
-
-
-@pytest.mark.reliability
-@GROUP_SIGNALS
-def test_a_group_signal_while_local_spark_starts_stops_before_anything_is_computed(
-    spark: SparkSession, warehouses: Warehouses, warehouse: Path, sent: signal.Signals
-) -> None:
-    """SIGINT or SIGTERM to the run's process group while its JVM starts: exit 130 or 143,
-    one line, no commit, nothing of the run left; the next run publishes every day exactly."""
-    before = _versions(warehouse)
-    stopped = _signalled(_config(warehouses.data, warehouse), "start-up", [sent], group=True)
-    _assert_stopped_cleanly(
-        stopped,
-        f"logmetrics: interrupted ({sent.name}): no day computed; run again to resume",
-        128 + sent,
-    )
-    assert not _commits(stopped.events)
-    assert _versions(warehouse) == before
-    _assert_resumes(spark, warehouses, warehouse)
-
-
-@pytest.mark.reliability
-@GROUP_SIGNALS
-@pytest.mark.parametrize("point", ["main-pass", "commit:3"])
 def test_a_group_signal_while_computing_stops_as_one_to_the_run_alone(
     spark: SparkSession,
     warehouses: Warehouses,
@@ -525,9 +477,13 @@ def test_a_group_signal_while_computing_stops_as_one_to_the_run_alone(
     sent: signal.Signals,
     point: str,
 ) -> None:
-    """SIGINT or SIGTERM to the run's process group once its main pass begins, or inside a
-    table commit (which lands): as sent to the process alone, one line, `interrupted` rows for
-    the days begun and no other commit after the signal, nothing of the run left."""
+    """SIGTERM to the run's process group once its main pass begins (Airflow's kill), SIGINT
+    inside a table commit (Ctrl-C; the commit lands): as sent to the process alone, exit 143 or
+    130, one line naming the days, `interrupted` rows for them and no other commit after the
+    signal (the only one the ledger's), nothing of the run left; the next run computes the
+    days again. Fails without a handler (the process dies with the signal, no ledger row, the
+    JVM left behind), if the chunk's other tables or its `published` rows are written after
+    the signal, or with a Py4J traceback."""
     config = _config(warehouses.data, warehouse)
     before = _versions(warehouse)
     stopped = _signalled(config, point, [sent], group=True)
