@@ -179,7 +179,7 @@ class Uninterrupted(NamedTuple):
 def uninterrupted(
     spark: SparkSession, data: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Uninterrupted:
-    """Read once for the three killed runs, which compare with it."""
+    """Read once for the killed runs, which compare with it."""
     warehouse = tmp_path_factory.mktemp("uninterrupted") / "wh"
     assert main(_backfill_argv(_config(data, warehouse))) == 0
     return Uninterrupted(_snapshot(spark, warehouse), _snapshot_by_day(spark, warehouse))
@@ -189,7 +189,6 @@ def uninterrupted(
 @pytest.mark.parametrize(
     ("moment", "pattern", "occurrence", "delay"),
     [
-        ("while reading the logs", rf"computing {START}", 1, 1.0),
         ("during a Delta commit", "writing .*unique_clusters_daily", 2, 0.2),
         ("between days", ": published,", 2, 0.0),
     ],
