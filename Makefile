@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: install demo test test-fast lint format lock clean test-deploy bench bench-fixed-cost \
 	cluster-up cluster-down cluster-status test-cluster wheel test-compat test-release \
-	compat-venv s3-server s3-faults
+	test-guarantees compat-venv s3-server s3-faults
 
 install: $(STAMP)
 
@@ -33,13 +33,13 @@ s3-faults: s3-server
 	@bash deploy/s3/toxiproxy.sh build >/dev/null
 
 # The whole suite on three workers (pytest-xdist, a module per worker at a time: tests/conftest.py
-# hands out the longest first) on plain Spark (the suite's engine: tests/suite_session.py). The
-# other engines, lines and platforms (the reference tests on Comet, the default engine, and on
-# Spark 4.0 with generated code; the wheel on a runtime; a Hive metastore) are `make
-# test-compat`, and the Airflow DAGs and the bundle `make test-deploy` (their own venv, a few
-# minutes cold): .ci/run runs both after it. A large cluster table's other plans (kept keys, a
-# cut-down broadcast, a shuffle join; marked `plans`) run in the reference tests there, on both
-# engines, not here: two minutes and a half of one worker.
+# hands out the longest first) on plain Spark (the suite's engine: tests/suite_session.py), but
+# the guarantees of whole processes and stores (`reliability`, `objectstore`: `make
+# test-guarantees`). .ci/run runs, after it, `make test-guarantees` (those, then the reference
+# tests on Comet, the default engine, with a large cluster table's other plans, marked `plans`),
+# `make test-compat` (the Spark 4.0 line, the wheel on a runtime) and `make test-deploy` (the
+# Airflow DAGs and the bundle, in their own venv); `make test-release` what needs no checking per
+# change (a Hive metastore, Spark 4.0's reference pass, the snippets' venvs).
 REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_hostile.py
 # Three workers on 2 cores: the suite's backfills wait on Delta commits and on the processes some
 # tests start, so a third worker fills the cores (2026-12-02, the same hour, platform floor 14 s:
@@ -59,19 +59,7 @@ test: install s3-server
 # tests/suite_session.py), tests/test_wheel.py (the wheel pip-installed into a venv holding only
 # pyspark 4.0 leaves it as it is, and backfills through spark-submit), the session's settings, and
 # the write orders of an append beside a replace (Delta 4.0's history and userMetadata).
-#
-# `make test-release` (not in .ci/run: about an hour on 2 cores, past CI's time limit beside
-# `make test`; run it before a release and after changing how runs commit, stop or store): in
-# .venv the catalog tables on a real Hive metastore (marked `platform`), a nightly killed after
-# each of its commits and two runs of one day at once, a backfill sent SIGTERM in its main pass,
-# Ctrl-C in a commit and two signals in a row, backfills killed at three points and resumed, three
-# backfills at once, a broadcast too large for a small driver (marked `reliability`: some thirty
-# runs), whole runs on a real S3 server (marked `objectstore`), then the tests that compare every
-# published table with the pure-Python reference (REFERENCE_TESTS) on Comet, the default engine,
-# with among them docs/tables.md's read-without-Spark snippets, each in a fresh venv of its own
-# pip line (marked `snippets`), then the same reference tests on the Spark 4.0 line, compiled. So
-# the reference tests run three times: plain Spark 4.1 (`make test`), Comet 4.1 and plain
-# compiled Spark 4.0 (here).
+
 COMPAT_VENV  := .venv-compat
 COMPAT_STAMP := $(COMPAT_VENV)/.installed-stamp
 
@@ -97,14 +85,38 @@ test-compat: compat-venv
 	LOGMETRICS_TEST_CODEGEN=on $(COMPAT_VENV)/bin/python -m pytest $(XDIST) -p no:cacheprovider \
 		--durations=15 --run-wheel $(COMPAT_TESTS)
 
+# The guarantees, checked on every change (.ci/run runs them after `make test`; a quarter of an
+# hour on 2 cores, docs/development.md "What CI runs"): a nightly killed at its commits and two
+# runs of one day at once, signals to a run's process group in its main pass and its commits,
+# twice, and a SIGKILL, backfills killed and resumed and three at once, a broadcast too large
+# for its driver, a restatement held over published days (marked `reliability`); whole runs on a
+# real S3 server, and the storage faults where each client of the store meets each fault
+# (`objectstore`); then the tests that compare every published table with the pure-Python
+# reference (REFERENCE_TESTS) on Comet, the default engine, among them a large cluster table's
+# other plans (`plans`: kept keys, a cut-down broadcast, a shuffle join).
+GUARANTEE_TESTS := tests/flows/test_nightly_commits.py tests/test_stopping.py \
+	tests/test_object_storage_runs.py tests/test_orchestration.py tests/test_cli_process.py \
+	tests/flows/test_held_days.py tests/faults
+GUARANTEES := $(BIN)/python -m pytest $(XDIST) --durations=15 $(GUARANTEE_TESTS) -m
+ON_COMET   := LOGMETRICS_TEST_ACCELERATOR=comet $(BIN)/python -m pytest $(XDIST) --durations=15 \
+	$(REFERENCE_TESTS) -m
+
+test-guarantees: install s3-faults
+	$(GUARANTEES) "(reliability or objectstore) and not exhaustive"
+	$(ON_COMET) "not platform and not snippets"
+
+# `make test-release` (run by hand before a release, and after changing how runs commit, stop or
+# store: about an hour on 2 cores): what .ci/run leaves out, since a change does not move it, with
+# the guarantees whole. In .venv the catalog tables on a real Hive metastore (marked `platform`),
+# the guarantees with every storage fault at every point of a nightly (`exhaustive`: .ci/run
+# meets each at some), the reference tests on Comet with docs/tables.md's read-without-Spark
+# snippets, each in a fresh venv of its own pip line (`snippets`); then the reference tests on
+# the Spark 4.0 line, compiled. So the reference tests run three times: plain Spark 4.1 (`make
+# test`), Comet 4.1 and plain compiled Spark 4.0.
 test-release: compat-venv s3-faults
 	$(BIN)/python -m pytest $(XDIST) -m platform tests/test_hive_metastore.py
-	$(BIN)/python -m pytest -n 2 -m "reliability or objectstore" --durations=10 \
-		tests/flows/test_nightly_commits.py tests/test_stopping.py tests/test_object_storage_runs.py \
-		tests/test_orchestration.py tests/test_cli_process.py tests/flows/test_held_days.py \
-		tests/faults
-	LOGMETRICS_TEST_ACCELERATOR=comet $(BIN)/python -m pytest $(XDIST) -m "not platform" \
-		--durations=15 $(REFERENCE_TESTS)
+	$(GUARANTEES) "reliability or objectstore"
+	$(ON_COMET) "not platform"
 	LOGMETRICS_TEST_CODEGEN=on $(COMPAT_VENV)/bin/python -m pytest $(XDIST) -p no:cacheprovider \
 		-m "not snippets" --durations=15 $(REFERENCE_TESTS)
 

@@ -39,17 +39,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 LONGEST_FIRST = (
     "test_wheel.py",  # make test-compat: a Spark 4.0 venv
     "test_hive_metastore.py",  # make test-release: four JVMs one after another
+    "test_object_storage_runs.py",  # make test-guarantees: about 8 minutes of runs on S3 first
     "test_readme.py",  # about 500 s: the demo (250 s compiled under the suite's load), its commands
     "test_end_to_end.py",  # 440 s
     "test_living_inputs.py",  # 361 s
-    "test_nightly_commits.py",  # make test-release (reliability): a nightly's kill points
-    "test_orchestration.py",  # about 200 s; its kills and races in make test-release
+    "test_nightly_commits.py",  # make test-guarantees (reliability): a nightly's kill points
+    "test_stall.py",  # make test-guarantees (faults): four faulted nightlies, 35-45 s stalls
+    "test_resets.py",  # make test-guarantees (faults): three faulted nightlies
+    "test_vanish.py",  # make test-guarantees (faults): two faulted nightlies, a backfill
+    "test_orchestration.py",  # about 200 s; its kills and races in make test-guarantees
     "test_hostile.py",  # 126 s
-    "test_stopping.py",  # about 150 s alone: three backfill processes, two backfills, a resume
+    "test_log_shapes.py",  # about 150 s: a property test and three shapes end to end
+    "test_outlasted.py",  # make test-guarantees (faults): a store gone for good, a late commit
+    "test_slow_down.py",  # make test-guarantees (faults): two faulted nightlies
+    "test_stopping.py",  # make test: two processes; make test-guarantees: five, each resumed
     "test_alerts_end_to_end.py",  # 112 s
     "test_properties.py",  # 106 s
     "test_reliability.py",  # 98 s
-    "test_held_days.py",  # make test-release (reliability): four backfills
+    "test_held_days.py",  # make test-guarantees (reliability): four backfills
     "test_restatements.py",  # about 90 s: one backfill, three runs (2026-12-06, alone)
     "test_gate_policy.py",  # 88 s
     "test_evaluation.py",  # 83 s
