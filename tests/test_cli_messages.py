@@ -69,7 +69,7 @@ def test_an_s3_endpoint_that_does_not_answer_is_one_sentence(
     with pytest.raises(InputError) as named:
         storage.check_reachable(path, f"warehouse at {path}")
     assert str(named.value) == f"warehouse at {path}: the S3 endpoint {endpoint} does not answer"
-    place = storage.place(path)
+    place = storage._checked(path)  # the checks' few tries: the store's own patience is minutes
     assert place is not None
     with pytest.raises(OSError) as refused:
         place.fs.get_file_info("metrics")
