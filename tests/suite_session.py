@@ -71,10 +71,10 @@ if os.environ.get("LOGMETRICS_TEST_CODEGEN", "off") != "on":
 # plain, Comet; platform floor 32 s that hour): 0.71 and 0.90 a pair; the property tests, many
 # small queries, 441 + 231 s on Comet against 313 + 169 s on plain Spark (1.4x; two fresh-clone
 # runs the same afternoon, floor 23-25 s). The tests check what logmetrics computes, the
-# same on either engine; `make test-release` runs those that compare every published table with
-# the pure-Python reference (REFERENCE_TESTS in the Makefile) on Comet
-# (LOGMETRICS_TEST_ACCELERATOR=comet) and on Spark 4.0 with generated code, so the outputs are
-# checked on both engines.
+# same on either engine; `make test-guarantees` (CI's second step) runs those that compare every
+# published table with the pure-Python reference (REFERENCE_TESTS in the Makefile) on Comet
+# (LOGMETRICS_TEST_ACCELERATOR=comet), and `make test-release` on Spark 4.0 with generated code,
+# so the outputs are checked on both engines.
 ACCELERATOR = os.environ.get("LOGMETRICS_TEST_ACCELERATOR", "none")
 
 

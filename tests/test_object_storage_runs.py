@@ -3,7 +3,8 @@ table (Delta) and the warehouse on `s3a://`. A backfill, a nightly new day (appe
 restated by the look-back, a nightly SIGKILLed mid-write and resumed, `report`, `alerts` and
 `views`: every table equal to the same runs on local files and the daily numbers to the
 reference; a done day answered without Spark; a second writer refused while a run holds the
-warehouse. Marked `objectstore`: minutes of runs, so `make test-release` runs them."""
+warehouse. Marked `objectstore`: minutes of runs, so `make test-guarantees` (CI's second step)
+runs them, not `make test`."""
 
 from __future__ import annotations
 
