@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -173,27 +172,14 @@ def to_contract(raw: DataFrame, plan: ContractPlan) -> DataFrame:
 
 def with_row_order(raw: DataFrame) -> DataFrame:
     """`ROW_ORDER`: the rows' order as stored (a hash of the file's path, then the position in
-    the scan, which follows the file's own order). Taken at the scan, before any shuffle. The
-    path is the scan's own metadata column, not `input_file_name()`, which Comet's native
-    Parquet scan cannot give: with it the exploded 90 days were read by Spark's scan."""
+    the scan, which follows the file's own order). Taken at the scan, before any shuffle."""
     return raw.withColumn(
         ROW_ORDER,
         F.struct(
-            F.xxhash64(_file_of_each_row(raw)).alias("file"),
+            F.xxhash64(F.input_file_name()).alias("file"),
             F.monotonically_increasing_id().alias("row"),
         ),
     )
-
-
-def _file_of_each_row(raw: DataFrame) -> Column:
-    """The path of the file each row was read from: the file scan's metadata column, or
-    `input_file_name()` where the rows have none (a view over other rows: its value is then
-    empty, and the order the position alone)."""
-    try:
-        raw.select(F.col("_metadata.file_path")).schema  # noqa: B018 - analysed, not run
-    except AnalysisException:
-        return F.input_file_name()
-    return F.col("_metadata.file_path")
 
 
 def group_result_rows(rows_df: DataFrame, segment_by: Sequence[str] = ()) -> DataFrame:
