@@ -211,8 +211,8 @@ def test_a_nightly_sigkilled_between_its_last_append_and_its_published_rows_conv
     _converges(spark, history, warehouse, config)
 
 
-def _late_rows(data: Path) -> None:
-    """Ten more requests of NIGHT, landed in its partition as a file of their own."""
+def _late_rows(data: Path) -> Path:
+    """Ten more requests of NIGHT, landed in its partition as a file of their own (its path)."""
     partition = data / "served_logs" / f"date={NIGHT}"
     table = pq.read_table(next(partition.glob("*.parquet")))
     late = table.slice(0, 10)
@@ -221,34 +221,46 @@ def _late_rows(data: Path) -> None:
         "request_id",
         pc.binary_join_element_wise(late["request_id"], pa.scalar("-late"), ""),
     )
-    pq.write_table(late, partition / "part-late.parquet")
+    path = partition / "part-late.parquet"
+    pq.write_table(late, path)
+    return path
 
 
 @pytest.mark.parametrize("late", [False, True], ids=["same inputs", "late rows between"])
 def test_two_runs_of_the_same_new_day_leave_it_once_as_the_last_published_row_computed(
-    spark: SparkSession, history: History, tmp_path: Path, late: bool
+    spark: SparkSession,
+    history: History,
+    tmp_path: Path,
+    late: bool,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A nightly (a process) and a manual `run` of the same new day (here), started while the
     nightly computes; with `late`, ten late requests land in the day's partition between them.
     Each table then holds the day's rows once, all from the run whose `published` row is the
     ledger's last for the day, with the queries that row counted. Fails if both runs' appends
     land (the day twice), or if the tables keep one run's rows while the ledger's last word is
-    the other's."""
-    data = tmp_path / "data"
-    shutil.copytree(history.data, data)
+    the other's. The runs read the history's own logs, so that their config is the one the
+    first days were published with and NIGHT is new to both: with a copy of the logs elsewhere
+    the config (its logs' path) changes, both runs restate every day, and two restatements at
+    once promise less (docs/tables.md, "Concurrent runs")."""
     warehouse = tmp_path / "wh"
     shutil.copytree(history.warehouse, warehouse)
-    config = _config(data, warehouse)
+    config = _config(history.data, warehouse)
     nightly = _spawn(_night(config))
     assert nightly.stderr is not None
     for line in nightly.stderr:
         if "computing" in line:
             break
-    if late:
-        _late_rows(data)
-    assert main(_night(config)) == 0
-    _, err = nightly.communicate(timeout=600)
+    late_file = _late_rows(history.data) if late else None
+    try:
+        with caplog.at_level("INFO", logger="logmetrics"):
+            assert main(_night(config)) == 0
+        _, err = nightly.communicate(timeout=600)
+    finally:
+        if late_file is not None:  # the module's other tests read the history's logs
+            late_file.unlink()
     assert nightly.returncode == 0, err[-3000:]
+    assert "config changed" not in caplog.text + err  # NIGHT new to both, nothing restated
 
     last = _last_published(spark, warehouse, NIGHT)
     assert last.queries in ({60, 70} if late else {60})  # without or with the late requests
