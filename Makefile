@@ -85,7 +85,7 @@ test-compat: compat-venv
 	LOGMETRICS_TEST_CODEGEN=on $(COMPAT_VENV)/bin/python -m pytest $(XDIST) -p no:cacheprovider \
 		--durations=15 --run-wheel $(COMPAT_TESTS)
 
-# The guarantees, checked on every change (.ci/run runs them after `make test`; a quarter of an
+# The guarantees, checked on every change (.ci/run runs them after `make test`; about half an
 # hour on 2 cores, docs/development.md "What CI runs"): a nightly killed at its commits and two
 # runs of one day at once, signals to a run's process group in its main pass and its commits,
 # twice, and a SIGKILL, backfills killed and resumed and three at once, a broadcast too large
