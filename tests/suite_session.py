@@ -95,13 +95,21 @@ def process_config(data: Path, warehouse: Path, **sections: Any) -> Path:
         "metrics": {"ks": [5, 10]},
         **sections,
         "quality": {"max_malformed_rate": 0.05, "on_failure": "warn"},
-        "spark": {
-            "master": "local[1]",
-            "driver_memory": "1g",
-            "profile": "short",
-            "accelerator": ACCELERATOR,
-            "conf": {**TEST_CONF, "spark.driver.extraJavaOptions": SHORT_JVM},
-        },
+        "spark": process_spark(),
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+def process_spark(conf: dict[str, str] | None = None, **settings: Any) -> dict[str, Any]:
+    """The `spark` section of a config for a process a test starts: one core, the suite's
+    settings and engine, the quick compiler (SHORT_JVM); `conf` added to Spark's settings and
+    `settings` to the section (`log_dir=...`)."""
+    return {
+        "master": "local[1]",
+        "driver_memory": "1g",
+        "profile": "short",
+        "accelerator": ACCELERATOR,
+        **settings,
+        "conf": {**TEST_CONF, "spark.driver.extraJavaOptions": SHORT_JVM, **(conf or {})},
+    }

@@ -33,7 +33,7 @@ import reference
 from logmetrics.cli import main
 from logmetrics.synthetic import generate
 from logmetrics.tables import catalog, storage
-from suite_session import ACCELERATOR, SHORT_JVM, TEST_CONF
+from suite_session import process_spark
 
 pytestmark = [pytest.mark.slow, pytest.mark.objectstore]
 
@@ -82,13 +82,7 @@ def _settings(path: Path, conf: dict[str, str] | None = None, **overrides: objec
                     "on_failure": "warn"},
         "alerts": {"baseline": "trailing", "baseline_days": 3, "min_queries": 10,
                    "min_baseline_days": 2},
-        "spark": {
-            "master": "local[1]",
-            "driver_memory": "1g",
-            "profile": "short",
-            "accelerator": ACCELERATOR,
-            "conf": {**TEST_CONF, "spark.driver.extraJavaOptions": SHORT_JVM, **(conf or {})},
-        },
+        "spark": process_spark(conf),
         **overrides,
     }  # fmt: skip
     path.write_text(yaml.safe_dump(config, sort_keys=False))

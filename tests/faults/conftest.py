@@ -38,7 +38,7 @@ from logmetrics.cli import main
 from logmetrics.synthetic import generate
 from logmetrics.tables import catalog, storage
 from logmetrics.tables.lease import LEASE_FILE
-from suite_session import ACCELERATOR, SHORT_JVM, TEST_CONF
+from suite_session import process_spark
 
 START = dt.date(2026, 8, 1)
 DAYS = [START + dt.timedelta(days=i) for i in range(4)]
@@ -69,20 +69,14 @@ def settings(path: Path, root: str, warehouse: str, endpoint: str, **sections: A
         "metrics": {"ks": list(KS), "threshold": THRESHOLD},
         "quality": {"max_malformed_rate": 0.05, "on_failure": "warn"},
         **sections,
-        "spark": {
-            "master": "local[1]",
-            "driver_memory": "1g",
-            "profile": "short",
-            "accelerator": ACCELERATOR,
-            "log_dir": str(path.parent / "logs"),
-            "conf": {
-                **TEST_CONF,
-                "spark.driver.extraJavaOptions": SHORT_JVM,
+        "spark": process_spark(
+            {
                 "spark.hadoop.fs.s3a.endpoint": endpoint,
                 "spark.hadoop.fs.s3a.path.style.access": "true",
                 "spark.hadoop.fs.s3a.endpoint.region": s3_server.REGION,
             },
-        },
+            log_dir=str(path.parent / "logs"),
+        ),
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
