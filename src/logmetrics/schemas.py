@@ -6,8 +6,12 @@ says the same in prose.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
@@ -21,6 +25,9 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 
 def _field(name: str, data_type: DataType, comment: str, nullable: bool = True) -> StructField:
@@ -649,3 +656,27 @@ in that file): ties of rank are broken by it, so by line order within a TREC run
 
 ALL_QUERIES = "ALL"
 """`query_id` of the `evaluation_results` rows that average a run's evaluated queries."""
+
+
+def rows_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], schema: StructType) -> DataFrame:
+    """A few rows built on the driver (tuples in `schema`'s field order), as a DataFrame of
+    that schema, sent to the JVM as Arrow. Spark's `createDataFrame` of Python rows hands them
+    over pickled, and every read of the result unpickles them in a Python worker: measured
+    365 ms for a 20-row frame's count against 90-110 ms as Arrow (2026-12-06, interpreted, one
+    JVM), and a run reads such frames (its ledger rows, its days, its calendar) many times.
+    A timestamp is its moment in UTC, as Spark's own conversion takes it (a naive one in this
+    process's time zone): pyarrow was seen to read an aware datetime's wall time as UTC."""
+    arrow_schema = to_arrow_schema(schema)
+    columns = list(zip(*rows, strict=True)) or [() for _ in schema.fields]
+    table = pa.Table.from_arrays(
+        [
+            pa.array(_utc(column) if isinstance(f.dataType, TimestampType) else column, type=a.type)
+            for column, f, a in zip(columns, schema.fields, arrow_schema, strict=True)
+        ],
+        schema=arrow_schema,
+    )
+    return spark.createDataFrame(table, schema)
+
+
+def _utc(moments: Sequence[Any]) -> list[Any]:
+    return [m.astimezone(dt.UTC) if isinstance(m, dt.datetime) else m for m in moments]

@@ -36,7 +36,7 @@ from logmetrics.rules.alerts import (
     describe,
     describe_culprit,
 )
-from logmetrics.schemas import ALERT, ALERTS, DAILY_COLUMNS, IMPROVEMENT
+from logmetrics.schemas import ALERT, ALERTS, DAILY_COLUMNS, IMPROVEMENT, rows_frame
 from logmetrics.tables.catalog import (
     ALERTS_TABLE,
     CROWDING_TABLE,
@@ -124,7 +124,7 @@ def alerts_frame(
         tuple(stamp[f.name] if f.name in stamp else _plain(row[f.name]) for f in ALERTS.fields)
         for row in rows.to_dict("records")
     ]
-    return spark.createDataFrame(records, ALERTS)
+    return rows_frame(spark, records, ALERTS)
 
 
 def published_daily(

@@ -16,7 +16,7 @@ from logmetrics.config import Config
 from logmetrics.console import span_text
 from logmetrics.errors import InputError
 from logmetrics.rules.calibration import is_missing, problem, uncalibrated, version_key
-from logmetrics.schemas import DETECTOR_CALIBRATION
+from logmetrics.schemas import DETECTOR_CALIBRATION, rows_frame
 from logmetrics.tables.catalog import DETECTOR_CALIBRATION_TABLE, RunStamp, replace_where
 from logmetrics.tables.sources import read_calibration
 
@@ -53,7 +53,7 @@ def publish_calibration(
         )
         for r in rows.to_dict("records")
     ]
-    df = spark.createDataFrame(records, DETECTOR_CALIBRATION)
+    df = rows_frame(spark, records, DETECTOR_CALIBRATION)
     replace_where(spark, df, config.output, DETECTOR_CALIBRATION_TABLE, "true")
     log.info("%s: %d row(s) published", DETECTOR_CALIBRATION_TABLE.name, len(records))
 

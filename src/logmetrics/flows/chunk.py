@@ -65,6 +65,7 @@ from logmetrics.schemas import (
     DAY_STATUS,
     DAYS,
     QUARANTINE_ROWS,
+    rows_frame,
 )
 from logmetrics.tables.catalog import (
     ALERTS_TABLE,
@@ -224,7 +225,8 @@ class Chunk:
             (missing_df, MISSING_CLUSTER_CHUNKS_TABLE),
         ]
         if self.config.quality.enabled:
-            checks_df = self.spark.createDataFrame(
+            checks_df = rows_frame(
+                self.spark,
                 [
                     (c.metric_date, c.check, c.success, c.observed_value, c.threshold)
                     + (c.severity, c.details)
@@ -328,14 +330,14 @@ class Chunk:
     def _corrupt_rows(self) -> DataFrame:
         """The quarantine's rows for the unreadable inputs: one per input and day it may hold."""
         rows = [(d, c.reason, None, c.raw()) for c in self.corrupt for d in c.days(self.dates)]
-        return self.spark.createDataFrame(rows, QUARANTINE_ROWS)
+        return rows_frame(self.spark, rows, QUARANTINE_ROWS)
 
     def _days_df(self) -> DataFrame:
-        return self.spark.createDataFrame([(d,) for d in self.dates], DAYS)
+        return rows_frame(self.spark, [(d,) for d in self.dates], DAYS)
 
     def _calendar(self, dates: list[dt.date], ks: Iterable[int]) -> DataFrame:
         """Every (metric_date, k): the all-traffic rows a table must have."""
-        return self.spark.createDataFrame([(d, k) for d in dates for k in ks], CALENDAR)
+        return rows_frame(self.spark, [(d, k) for d in dates for k in ks], CALENDAR)
 
     def _day_status(self, facts: pd.DataFrame, day_verdicts: Sequence[DayVerdict]) -> DataFrame:
         passed = {v.metric_date: v.passed for v in day_verdicts}
@@ -350,7 +352,7 @@ class Chunk:
             )
             for r in facts.itertuples()
         ]
-        return self.spark.createDataFrame(rows, DAY_STATUS)
+        return rows_frame(self.spark, rows, DAY_STATUS)
 
 
 @dataclass(frozen=True)

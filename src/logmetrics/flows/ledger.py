@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from logmetrics import __version__
 from logmetrics.config import Config, OutputConfig
 from logmetrics.flows.inputs import DayInputs
-from logmetrics.schemas import JOB_RUNS
+from logmetrics.schemas import JOB_RUNS, rows_frame
 from logmetrics.tables import delta_rs
 from logmetrics.tables.catalog import (
     JOB_RUNS_TABLE,
@@ -274,7 +274,7 @@ def record(
     }
     append(
         spark,
-        spark.createDataFrame(rows, JOB_RUNS),
+        rows_frame(spark, rows, JOB_RUNS),
         config.output,
         JOB_RUNS_TABLE,
         json.dumps(marked, separators=(",", ":")),

@@ -38,10 +38,10 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, StructField, StructType
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from logmetrics.rules.cluster_keys import singleton_key
-from logmetrics.schemas import ALL_QUERIES, INPUT_FILE, INPUT_ROW
+from logmetrics.schemas import ALL_QUERIES, INPUT_FILE, INPUT_ROW, rows_frame
 
 METRICS = ("recall", "ndcg", "unique_clusters", "cluster_recall")
 Gain = Literal["exponential", "linear"]
@@ -133,7 +133,7 @@ def discounted(gain_col: Column, position: Column) -> Column:
 
 def ks_df(spark: SparkSession, ks: Sequence[int]) -> DataFrame:
     schema = StructType([StructField("k", IntegerType(), False)])
-    return spark.createDataFrame([(k,) for k in ks], schema)
+    return rows_frame(spark, [(k,) for k in ks], schema)
 
 
 def run_counts(judged_entries_df: DataFrame, ks: DataFrame, level: int, kind: Gain) -> DataFrame:
@@ -207,7 +207,9 @@ def to_metrics(
 ) -> DataFrame:
     """One row per (run, evaluated query, k, metric): every run is scored on every evaluated
     query, 0 where it has no list for it."""
-    names = spark.createDataFrame([(name,) for name in runs], "run string")
+    names = rows_frame(
+        spark, [(name,) for name in runs], StructType([StructField("run", StringType())])
+    )
     scored = (
         names.crossJoin(evaluated_df)
         .join(counts_df, on=["run", "query_id", "k"], how="left")

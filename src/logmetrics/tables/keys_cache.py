@@ -31,7 +31,9 @@ from typing import Protocol
 from pyarrow import fs as pafs
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 
+from logmetrics.schemas import rows_frame
 from logmetrics.tables.storage import Place
 
 log = logging.getLogger(__name__)
@@ -190,6 +192,16 @@ def _complete(writer: Place, entry: object) -> bool:
 
 KEYS_TABLE = "logmetrics_cluster_keys"
 ENTRIES_TABLE = "logmetrics_cluster_keys_entries"
+CACHE_ENTRY = StructType(
+    [
+        StructField("entry", StringType()),
+        StructField("identity", StringType()),
+        StructField("salt", IntegerType()),
+        StructField("facts", StringType()),
+        StructField("written_at", TimestampType()),
+    ]
+)
+"""A row of ENTRIES_TABLE: a slot of kept keys, whose writer, salt and facts, and when."""
 
 
 @dataclass(frozen=True)
@@ -258,8 +270,7 @@ class TableKeys:
             None if facts is None else json.dumps(dict(facts), sort_keys=True),
             dt.datetime.now(dt.UTC),
         )
-        schema = "entry string, identity string, salt int, facts string, written_at timestamp"
-        spark.createDataFrame([row], schema).write.format("delta").mode("append").saveAsTable(
+        rows_frame(spark, [row], CACHE_ENTRY).write.format("delta").mode("append").saveAsTable(
             self._entries
         )
 

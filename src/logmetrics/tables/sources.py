@@ -57,6 +57,7 @@ from logmetrics.schemas import (
     JUDGMENTS,
     PARTITION_DATE,
     RUN,
+    rows_frame,
 )
 from logmetrics.tables import storage
 from logmetrics.tables.delta_paths import absolute, delta_path_identifier, local_path
@@ -195,7 +196,7 @@ def load_raw_served_logs(
             columns = list(json_schema(LogShape.of(source)).fields)
             if partition is not None:
                 columns.append(StructField(partition, StringType()))
-            return spark.createDataFrame([], StructType(columns))
+            return rows_frame(spark, [], StructType(columns))
     inferred = reader.parquet(*paths).schema  # one file's footer (Spark's rule)
     return reader.schema(widened(inferred)).parquet(*paths)
 
