@@ -6,7 +6,6 @@ import datetime as dt
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,8 +13,6 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
@@ -100,29 +97,6 @@ def test_ledger_skips_done_days_unless_forced_or_changed(
     changed = [*_backfill_argv(config, START, two), "--set", "metrics.threshold=3"]
     assert main(changed) == 0
     assert len(_ledger(spark, warehouse)) == 3 * len(first)
-
-
-def test_changed_inputs_are_recomputed_without_force(
-    spark: SparkSession, data: Path, tmp_path: Path
-) -> None:
-    copy = tmp_path / "data"
-    shutil.copytree(data, copy)
-    warehouse = tmp_path / "wh"
-    config = _config(copy, warehouse)
-    assert main(_backfill_argv(config, START, START)) == 0
-    assert main(_backfill_argv(config, START, START)) == 0  # unchanged: skipped
-    assert len(_ledger(spark, warehouse)) == 2
-    # The detector ships a new cluster table: every chunk is now one cluster.
-    clusters = copy / "clusters_parquet"
-    table = pq.read_table(clusters)
-    shutil.rmtree(clusters)
-    clusters.mkdir()
-    merged = table.set_column(1, "cluster_id", pa.array(["ONE"] * table.num_rows))
-    pq.write_table(merged, clusters / "part-00000.parquet")
-    assert main(_backfill_argv(config, START, START)) == 0
-    assert len(_ledger(spark, warehouse)) == 4
-    daily = spark.read.format("delta").load(str(warehouse / "unique_clusters_daily"))
-    assert {r.median for r in daily.where("k = 10").collect()} == {1.0}
 
 
 def test_json_logs_carry_the_run_id_on_every_line(
