@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: install demo test test-fast lint format lock clean test-deploy bench bench-fixed-cost \
 	cluster-up cluster-down cluster-status test-cluster wheel test-compat test-release \
-	test-guarantees compat-venv s3-server s3-faults
+	test-guarantees test-reference compat-venv s3-server s3-faults
 
 install: $(STAMP)
 
@@ -32,14 +32,17 @@ s3-server:
 s3-faults: s3-server
 	@bash deploy/s3/toxiproxy.sh build >/dev/null
 
-# The whole suite on three workers (pytest-xdist, a module per worker at a time: tests/conftest.py
+# The suite on three workers (pytest-xdist, a module per worker at a time: tests/conftest.py
 # hands out the longest first) on plain Spark (the suite's engine: tests/suite_session.py), but
-# the guarantees of whole processes and stores (`reliability`, `objectstore`: `make
-# test-guarantees`). .ci/run runs, after it, `make test-guarantees` (those, then the reference
-# tests on Comet, the default engine, with a large cluster table's other plans, marked `plans`),
-# `make test-compat` (the Spark 4.0 line, the wheel on a runtime) and `make test-deploy` (the
-# Airflow DAGs and the bundle, in their own venv); `make test-release` what needs no checking per
-# change (a Hive metastore, Spark 4.0's reference pass, the snippets' venvs).
+# the guarantees of whole processes and stores (`reliability`, `objectstore`) and the modules
+# that compare every published table with the pure-Python reference (REFERENCE_TESTS): .ci/run
+# runs, after it, `make test-guarantees` (those guarantees, then REFERENCE_TESTS on Comet, the
+# default engine, with a large cluster table's other plans, marked `plans`), `make test-compat`
+# (the Spark 4.0 line, the wheel on a runtime) and `make test-deploy` (the Airflow DAGs and the
+# bundle, in their own venv); `make test-release` what needs no checking per change (a Hive
+# metastore, the reference tests on plain Spark 4.1 and 4.0, the snippets' venvs). `make test`
+# keeps one reference test on plain Spark: tests/test_log_shapes.py's property test, every log
+# shape and mapping against the reference. `make test-reference`: REFERENCE_TESTS on plain Spark.
 REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_hostile.py
 # Three workers on 2 cores: the suite's backfills wait on Delta commits and on the processes some
 # tests start, so a third worker fills the cores (2026-12-02, the same hour, platform floor 14 s:
@@ -48,7 +51,7 @@ REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_
 XDIST := -n 3 --dist loadfile --no-loadscope-reorder
 
 test: install s3-server
-	$(BIN)/python -m pytest $(XDIST) \
+	$(BIN)/python -m pytest $(XDIST) $(REFERENCE_TESTS:%=--ignore=%) \
 		-m "not platform and not reliability and not objectstore and not snippets and not plans" \
 		--durations=30
 
@@ -110,15 +113,19 @@ test-guarantees: install s3-faults
 # the guarantees whole. In .venv the catalog tables on a real Hive metastore (marked `platform`),
 # the guarantees with every storage fault at every point of a nightly (`exhaustive`: .ci/run
 # meets each at some), the reference tests on Comet with docs/tables.md's read-without-Spark
-# snippets, each in a fresh venv of its own pip line (`snippets`); then the reference tests on
-# the Spark 4.0 line, compiled. So the reference tests run three times: plain Spark 4.1 (`make
-# test`), Comet 4.1 and plain compiled Spark 4.0.
+# snippets, each in a fresh venv of its own pip line (`snippets`); the reference tests on plain
+# Spark 4.1 (`make test-reference`); then on the Spark 4.0 line, compiled. So the reference tests
+# run three times: Comet 4.1 (.ci/run), plain Spark 4.1 and plain compiled Spark 4.0.
 test-release: compat-venv s3-faults
 	$(BIN)/python -m pytest $(XDIST) -m platform tests/test_hive_metastore.py
 	$(GUARANTEES) "reliability or objectstore"
 	$(ON_COMET) "not platform"
+	$(MAKE) test-reference
 	LOGMETRICS_TEST_CODEGEN=on $(COMPAT_VENV)/bin/python -m pytest $(XDIST) -p no:cacheprovider \
 		-m "not snippets" --durations=15 $(REFERENCE_TESTS)
+
+test-reference: install s3-server
+	$(BIN)/python -m pytest $(XDIST) --durations=15 $(REFERENCE_TESTS) -m "not snippets"
 
 # Two workers, a JVM each: 4:21 and 4:25 against 5:58 and 6:36 in one process, three workers
 # 4:54 and 5:00 (2026-12-03, alternating, platform floor 23 s that hour). On the suite's engine

@@ -35,35 +35,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # loadfile: a module's fixtures are built once). Handing out the longest modules first lets the
 # workers finish together. xdist would reorder the modules by their number of tests instead
 # (its default): the Makefile turns that off with --no-loadscope-reorder. The order is the
-# modules' total time in a `make test` of 2026-12-02 (pytest --junitxml, setup included).
+# modules' total time in a `make test` of 2026-12-06 (setup included, three workers, platform
+# floor 20 s that hour); the guarantees' modules (`make test-guarantees`) by their own runs.
 LONGEST_FIRST = (
     "test_wheel.py",  # make test-compat: a Spark 4.0 venv
     "test_hive_metastore.py",  # make test-release: four JVMs one after another
     "test_object_storage_runs.py",  # make test-guarantees: about 8 minutes of runs on S3 first
-    "test_readme.py",  # about 500 s: the demo (250 s compiled under the suite's load), its commands
-    "test_end_to_end.py",  # 440 s
-    "test_living_inputs.py",  # 361 s
+    "test_readme.py",  # 668 s: the demo (compiled, 600,000 rows), then its commands
+    "test_end_to_end.py",  # make test-guarantees (on Comet): 466 s on plain Spark
+    "test_living_inputs.py",  # 597 s
     "test_nightly_commits.py",  # make test-guarantees (reliability): a nightly's kill points
     "test_stall.py",  # make test-guarantees (faults): four faulted nightlies, 35-45 s stalls
     "test_resets.py",  # make test-guarantees (faults): three faulted nightlies
     "test_vanish.py",  # make test-guarantees (faults): two faulted nightlies, a backfill
-    "test_orchestration.py",  # about 200 s; its kills and races in make test-guarantees
-    "test_hostile.py",  # 126 s
-    "test_log_shapes.py",  # about 150 s: a property test and three shapes end to end
+    "test_properties.py",  # make test-guarantees (on Comet): 290 s on plain Spark
+    "test_log_shapes.py",  # 253 s: a property test and three shapes end to end
+    "test_cli_process.py",  # 249 s: processes; its broadcast too large in make test-guarantees
+    "test_reliability.py",  # 232 s
+    "test_alerts_end_to_end.py",  # 231 s
+    "test_hostile.py",  # make test-guarantees (on Comet): 196 s on plain Spark
+    "test_gate_policy.py",  # 194 s
+    "test_orchestration.py",  # about 150 s; its kills and races in make test-guarantees
     "test_outlasted.py",  # make test-guarantees (faults): a store gone for good, a late commit
     "test_slow_down.py",  # make test-guarantees (faults): two faulted nightlies
     "test_stopping.py",  # make test: two processes; make test-guarantees: five, each resumed
-    "test_alerts_end_to_end.py",  # 112 s
-    "test_properties.py",  # 106 s
-    "test_reliability.py",  # 98 s
     "test_held_days.py",  # make test-guarantees (reliability): four backfills
-    "test_restatements.py",  # about 90 s: one backfill, three runs (2026-12-06, alone)
-    "test_gate_policy.py",  # 88 s
-    "test_evaluation.py",  # 83 s
-    "test_report.py",  # 51 s
-    "test_cli_process.py",  # 44 s
-    "test_append_writes.py",  # 34 s alone
-    "test_per_request.py",  # 20 s
+    "test_evaluation.py",  # 126 s
+    "test_restatements.py",  # 118 s
+    "test_report.py",  # 109 s
+    "test_operator_view.py",  # 98 s
+    "test_append_writes.py",  # 69 s
+    "test_sql_views.py",  # 53 s
+    "test_keys.py",  # 46 s
+    "test_per_request.py",  # 40 s
 )
 
 
