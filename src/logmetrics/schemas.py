@@ -664,8 +664,10 @@ def rows_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], schema: Struc
     over pickled, and every read of the result unpickles them in a Python worker: measured
     365 ms for a 20-row frame's count against 90-110 ms as Arrow (2026-12-06, interpreted, one
     JVM), and a run reads such frames (its ledger rows, its days, its calendar) many times.
-    A timestamp is its moment in UTC, as Spark's own conversion takes it (a naive one in this
-    process's time zone): pyarrow was seen to read an aware datetime's wall time as UTC."""
+    A timestamp is its moment, as Spark's own conversion takes it (a naive one in this
+    process's time zone), turned to UTC before pyarrow sees it: with PYARROW_IGNORE_TIMEZONE
+    set (pandas-on-Spark asks for it, and the suite sets it) pyarrow drops an aware datetime's
+    offset and reads its wall time as UTC."""
     arrow_schema = to_arrow_schema(schema)
     columns = list(zip(*rows, strict=True)) or [() for _ in schema.fields]
     table = pa.Table.from_arrays(

@@ -92,8 +92,17 @@ def test_no_rows_is_an_empty_frame_of_the_schema(spark: SparkSession) -> None:
     assert empty.schema == JOB_RUNS and empty.count() == 0
 
 
-def test_a_timestamp_is_its_utc_moment(spark: SparkSession) -> None:
-    """An aware timestamp keeps its moment whatever the offset it is written with."""
+@pytest.mark.parametrize("ignore_timezone", ["1", None])
+def test_a_timestamp_is_its_utc_moment(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, ignore_timezone: str | None
+) -> None:
+    """An aware timestamp keeps its moment whatever the offset it is written with, and whether
+    or not PYARROW_IGNORE_TIMEZONE is set (pandas-on-Spark asks for it; with it, pyarrow
+    reads an aware datetime's wall time as UTC)."""
+    if ignore_timezone is None:
+        monkeypatch.delenv("PYARROW_IGNORE_TIMEZONE", raising=False)
+    else:
+        monkeypatch.setenv("PYARROW_IGNORE_TIMEZONE", ignore_timezone)
     schema = StructType().add("at", TimestampType())
     paris = MOMENT.astimezone(dt.timezone(dt.timedelta(hours=2)))
     (row,) = rows_frame(spark, [(paris,)], schema).selectExpr("CAST(at AS STRING) AS at").collect()
