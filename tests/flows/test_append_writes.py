@@ -26,6 +26,7 @@ from pyspark.sql.types import (
 )
 
 from logmetrics.config import OutputConfig
+from logmetrics.flows import ledger
 from logmetrics.flows.side_steps import SideSteps
 from logmetrics.flows.writes import ChunkWrites, Position, RunWrites
 from logmetrics.phases import Phases
@@ -195,27 +196,60 @@ def test_a_run_that_is_not_sole_replaces(
     assert _table(spark, output) == sorted(_by("first", OTHER) + _by("A"))
 
 
-def test_the_first_run_into_a_new_warehouse_says_it_found_no_ledger_once_per_chunk(
+def _first_runs(
+    spark: SparkSession, tmp_path: Path, side: SideSteps, before: str | None
+) -> ChunkWrites:
+    """Run A's one-day chunk in a warehouse that had no ledger when A read it, A's `started`
+    row committed after run `before`'s (if any), its position as `run_position` reads it."""
+    output = OutputConfig(warehouse=str(tmp_path / "new"))
+    if before is not None:
+        _started(spark, output, before, DAY)
+    _started(spark, output, "A", DAY)
+    started = ledger.started_commit(spark, output, "A")
+    position: Future[Position] = Future()
+    position.set_result(Position(None, started.version, started.rows_before))
+    run = RunWrites(spark, output, _stamp("A"), frozenset([DAY]), position, side)
+    return run.for_chunk([DAY], [TABLE, DAILY_TABLE])
+
+
+def test_the_first_run_into_a_new_warehouse_appends(
     spark: SparkSession, tmp_path: Path, side: SideSteps, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A warehouse with no ledger when the run read it: the run replaces (it has no version to
-    count itself sole from), and says so, once for the chunk's two tables, without inventing
-    another run. Fails on `another run began days between this run's read of the ledger and
-    its own`, logged once per table."""
-    output = OutputConfig(warehouse=str(tmp_path / "new"))
-    position: Future[Position] = Future()
-    position.set_result(Position(None, 0))
-    run = RunWrites(spark, output, _stamp("A"), frozenset([DAY]), position, side)
-    writes = run.for_chunk([DAY], [TABLE, DAILY_TABLE])
+    """No ledger when the run read it, and none of its commits before the run's `started` one
+    changed a row (its creation): the run is sole, and appends to its new tables. Fails if it
+    replaces (a state rebuild per table for days no table holds) or says another run began."""
+    writes = _first_runs(spark, tmp_path, side, before=None)
+    assert writes.run.position.result() == Position(None, 1, False)
     with caplog.at_level("INFO", logger="logmetrics.flows.writes"):
         writes.write(_rows(spark, DAY), TABLE, [DAY])
         writes.write(_daily_rows(spark, DAY), DAILY_TABLE, [DAY])
     said = [r.getMessage() for r in caplog.records if r.name == "logmetrics.flows.writes"]
     assert said == [
-        f"{DAY}: replaced in every table (the warehouse had no ledger when this run read it)"
+        f"{table.name}: appended {DAY} (new to the table)" for table in (TABLE, DAILY_TABLE)
     ]
+    output = writes.run.output
     assert _table(spark, output) == _by("A")
-    assert _modes(spark, output, since=-1)[-1] == "A WRITE Overwrite"  # not an append
+    assert _modes(spark, output, since=0) == ["A WRITE Append"]
+
+
+def test_a_run_that_found_no_ledger_after_another_runs_rows_replaces(
+    spark: SparkSession, tmp_path: Path, side: SideSteps, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two runs found no ledger; B's `started` row landed before A's: A cannot know it is
+    sole, replaces, and says why once for the chunk's two tables."""
+    writes = _first_runs(spark, tmp_path, side, before="B")
+    assert writes.run.position.result() == Position(None, 2, True)
+    with caplog.at_level("INFO", logger="logmetrics.flows.writes"):
+        writes.write(_rows(spark, DAY), TABLE, [DAY])
+        writes.write(_daily_rows(spark, DAY), DAILY_TABLE, [DAY])
+    said = [r.getMessage() for r in caplog.records if r.name == "logmetrics.flows.writes"]
+    assert said == [
+        f"{DAY}: replaced in every table "
+        "(another run began days between this run's read of the ledger and its own)"
+    ]
+    output = writes.run.output
+    assert _table(spark, output) == _by("A")
+    assert _modes(spark, output, since=-1)[-1] == "A WRITE Overwrite"
 
 
 def test_a_local_tables_commits_read_from_its_log_are_delta_s_history(

@@ -28,6 +28,7 @@ from logmetrics.schemas import JOB_RUNS, rows_frame
 from logmetrics.tables import delta_rs
 from logmetrics.tables.catalog import (
     JOB_RUNS_TABLE,
+    ROWS_KEPT,
     RunStamp,
     append,
     read_table,
@@ -71,15 +72,32 @@ def read_ledger(spark: SparkSession, output: OutputConfig, dates: Sequence[dt.da
     return LedgerRead(previous_runs(spark, output, dates), version)
 
 
-def started_version(spark: SparkSession, output: OutputConfig, run_id: str) -> int:
+def started_commit(spark: SparkSession, output: OutputConfig, run_id: str) -> StartedAt:
     """The ledger's Delta version holding the run's `started` rows (`record` marks its
-    commits); when a burst of later commits hides it, the oldest of them (a later version)."""
+    commits; when a burst of later commits hides it, the oldest of them: a later version), and
+    whether a commit before it may have written rows (`StartedAt`)."""
     commits = recent_commits(spark, output, JOB_RUNS_TABLE)
-    for commit in commits:
-        mark = _mark(commit.user_metadata)
-        if mark is not None and mark[:2] == (run_id, STARTED):
-            return commit.version
-    return commits[-1].version
+    version = next(
+        (
+            commit.version
+            for commit in commits
+            if (mark := _mark(commit.user_metadata)) is not None and mark[:2] == (run_id, STARTED)
+        ),
+        commits[-1].version,
+    )
+    earlier = [commit for commit in commits if commit.version < version]
+    rows_before = len(earlier) < version or any(c.operation not in ROWS_KEPT for c in earlier)
+    return StartedAt(version, rows_before)
+
+
+@dataclass(frozen=True)
+class StartedAt:
+    """Where a run's `started` rows are in the ledger: their version, and whether any commit
+    before it may have written rows (another run's `started` rows, say); False only when every
+    earlier commit was seen and changed no row (the ledger's creation: ROWS_KEPT)."""
+
+    version: int
+    rows_before: bool
 
 
 BEGUN_SINCE_COMMITS = 50
@@ -265,7 +283,7 @@ def record(
         for day, status, counts in entries
     ]
     statuses = {row[2] for row in rows}
-    # The commit says whose rows it holds, of which days: `started_version` finds the run's
+    # The commit says whose rows it holds, of which days: `started_commit` finds the run's
     # `started` commit, `begun_since` the other runs' that began the same days.
     marked = {
         "logmetrics_run": stamp.run_id,

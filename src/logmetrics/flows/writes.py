@@ -9,8 +9,9 @@ rows (which would cost what the append saves):
 - every day of the chunk is new to the ledger as the run read it (no row of any status: no run
   had begun it, since no table is written before its run's `started` rows are committed);
 - the run is *sole*: its `started` commit is the ledger's next version after the one its read
-  began at, so no run began a day between the two (`Position.not_sole` says why not: no ledger
-  when the run read it, or a commit between);
+  began at, or, where the run found no ledger (the first run into a new warehouse), every
+  commit before its own changed no row (the ledger's creation): no run began a day between its
+  read and its `started` rows (`Position.not_sole` says why not);
 - the table's newest commit that changed rows is a logmetrics write (`WriteMark`) by a run the
   ledger the run read already held, or by this run (an earlier chunk): nothing the ledger does
   not know of wrote the table (`catalog.newest_write`: an older logmetrics, a hand-made write,
@@ -74,15 +75,17 @@ class Position:
 
     read: int | None  # the ledger's version when the run's read began (None: no ledger yet)
     started: int  # the version holding the run's `started` rows
+    rows_before: bool = True  # whether a commit before `started` may have written rows
 
     @property
     def not_sole(self) -> str | None:
         """Why the run cannot know that nothing was begun between its read of the ledger and
-        its `started` rows; None when it knows (they are consecutive versions). Without a
-        ledger at the read there is no version to count from, and the run says just that."""
-        if self.read is None:
-            return "the warehouse had no ledger when this run read it"
-        if self.started != self.read + 1:
+        its `started` rows; None when it knows: they are consecutive versions, or the run
+        found no ledger and every commit before its own changed no row (the ledger's
+        creation), as for the first run into a new warehouse."""
+        if self.read is None and not self.rows_before:
+            return None
+        if self.read is None or self.started != self.read + 1:
             return "another run began days between this run's read of the ledger and its own"
         return None
 
@@ -91,7 +94,8 @@ def run_position(
     spark: SparkSession, output: OutputConfig, read: ledger.LedgerRead, run_id: str
 ) -> Position:
     """The run's `Position`, once its `started` rows are committed."""
-    return Position(read.version, ledger.started_version(spark, output, run_id))
+    started = ledger.started_commit(spark, output, run_id)
+    return Position(read.version, started.version, started.rows_before)
 
 
 @dataclass(frozen=True)
