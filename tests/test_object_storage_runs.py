@@ -1,10 +1,17 @@
 """Runs with everything on a real S3 server (SeaweedFS): the served logs (Parquet), the cluster
 table (Delta) and the warehouse on `s3a://`. A backfill, a nightly new day (appended), late rows
-restated by the look-back, a nightly SIGKILLed mid-write and resumed, `report`, `alerts` and
-`views`: every table equal to the same runs on local files and the daily numbers to the
+restated by the look-back (on Comet, whose native reader reads S3 itself), `report`, `alerts`
+and `views`: every table equal to the same runs on local files and the daily numbers to the
 reference; a done day answered without Spark; a second writer refused while a run holds the
 warehouse. Marked `objectstore`: minutes of runs, so `make test-guarantees` (CI's second step)
-runs them, not `make test`."""
+runs them, not `make test`.
+
+Checked elsewhere, each once: a cluster table as Parquet files on S3 (every storage-fault run
+reads one, and tests/faults/conftest.py's `store` checks the uninterrupted nightly from it
+against the reference); a nightly killed after some of its commits and resumed
+(tests/flows/test_nightly_commits.py, at each kind of commit), and on S3 a run stopped with
+commits landed and its lease left, the next run taking the lease over and restating the day
+exactly (tests/faults/test_outlasted.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +19,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
-import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +31,6 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from benchmarks import s3_server
-from pyarrow import fs as pafs
 from pyspark.sql import SparkSession
 
 import reference
@@ -55,7 +59,6 @@ VOLATILE = {
     "details",
     "cluster_table_version",
 }
-KILLER = Path(__file__).parent / "flows" / "killed_after_commits.py"
 Rows = dict[str, dict[dt.date, list[str]]]
 
 
@@ -64,11 +67,6 @@ class Runs(NamedTuple):
     local_config: Path
     s3_config: list[str]  # --config arguments: docs/config.md's example, then the suite's
     warehouse: str  # on S3
-    after_backfill: Rows  # the S3 warehouse's tables after the backfill
-    parquet_clusters: Rows  # the same backfill from the cluster table as Parquet on S3
-    after_night: Rows  # the S3 warehouse's tables after the nightly
-    killed_after_night: Rows  # the killed and resumed nightly's tables
-    killed_err: str
     night_log: str  # the nightly's run log on S3
     late_log: str  # the look-back run's, after late rows
 
@@ -95,12 +93,6 @@ def docs_example(endpoint: str) -> str:
     section = page[page.index("## Object storage") :]
     block = section[section.index("```yaml\n") + 8 :]
     return block[: block.index("```")].replace("http://127.0.0.1:8333", endpoint)
-
-
-def _copy_on_s3(source: str, target: str) -> None:
-    src, dst = storage.place(source), storage.place(target)
-    assert src is not None and dst is not None
-    pafs.copy_files(src.path, dst.path, source_filesystem=src.fs, destination_filesystem=dst.fs)
 
 
 def _rows(spark: SparkSession, warehouse: str) -> Rows:
@@ -164,9 +156,7 @@ def runs(
 ) -> Runs:
     """docs/config.md's S3 example, as written but for the endpoint (its buckets made on the
     test server), and the same runs on local files: a backfill of days 1-3, the nightly of
-    day 4, late rows in day 3 and the nightly again; a backfill from the cluster table as
-    Parquet; a copy of the warehouse before the nightly, whose nightly is SIGKILLed and
-    resumed."""
+    day 4, late rows in day 3 and the nightly again."""
     root = tmp_path_factory.mktemp("object-storage-runs")
     example = root / "s3.yaml"
     example.write_text(docs_example(s3_server_running.endpoint))
@@ -181,7 +171,6 @@ def runs(
     table = s3_spark.read.parquet(str(data / "clusters_parquet"))
     table.write.format("delta").save(str(data / "clusters"))
     table.write.format("delta").save(clusters)
-    s3_server.upload(data / "clusters_parquet", f"{clusters}_parquet")
     s3_server.upload(data / "served_logs", logs)
     local_config = _settings(
         root / "local.yaml",
@@ -199,35 +188,7 @@ def runs(
 
     backfill = ("backfill", "--start", str(DAYS[0]), "--end", str(DAYS[2]))
     both(*backfill)
-    after_backfill = _rows(s3_spark, warehouse)
-    parquet = _settings(
-        root / "parquet.yaml",
-        inputs={"clusters": {"path": f"{clusters}_parquet", "format": "parquet"}},
-        output={"warehouse": f"{warehouse}-parquet-clusters"},
-    )
-    _run([backfill[0], *s3_config, "--config", str(parquet), *backfill[1:]])
-    parquet_clusters = _rows(s3_spark, f"{warehouse}-parquet-clusters")
-
-    _copy_on_s3(warehouse, f"{warehouse}-killed")
     night_log = both("run", "--date", str(NIGHT))
-    after_night = _rows(s3_spark, warehouse)
-
-    # The same nightly on a copy of the warehouse as it was before it, SIGKILLed right after
-    # its fourth commit (the `started` rows, then three tables), then resumed here.
-    killed = _settings(root / "killed.yaml", output={"warehouse": f"{warehouse}-killed"})
-    argv = ["run", *s3_config, "--config", str(killed), "--date", str(NIGHT)]
-    process = subprocess.run(
-        [sys.executable, str(KILLER), "4", "--log-format", "json", *argv],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        check=False,
-    )
-    assert process.returncode == -signal.SIGKILL, process.stderr[-3000:]
-    killed_err = process.stderr
-    _run(argv)
-    killed_after_night = _rows(s3_spark, f"{warehouse}-killed")
 
     # Late rows, and the nightly again: on S3 a process on Comet, the default engine, whose
     # native reader reads the logs from S3 with the credentials chain the session names.
@@ -244,10 +205,7 @@ def runs(
     assert process.returncode == 0, process.stderr[-3000:]
     assert "Comet's native library did not load" not in process.stderr
     late_log = process.stderr
-    return Runs(
-        data, local_config, s3_config, warehouse, after_backfill, parquet_clusters, after_night,
-        killed_after_night, killed_err, night_log, late_log,
-    )  # fmt: skip
+    return Runs(data, local_config, s3_config, warehouse, night_log, late_log)
 
 
 def test_every_table_on_s3_is_the_one_on_local_files(s3_spark: SparkSession, runs: Runs) -> None:
@@ -287,23 +245,6 @@ def test_the_nightly_on_s3_appends_its_new_day_and_the_look_back_restates_late_r
         DAYS[2]: ("published", "inputs_changed"),
         NIGHT: ("published", "new"),
     }
-
-
-def test_a_backfill_from_a_parquet_cluster_table_on_s3_publishes_the_same_tables(
-    runs: Runs,
-) -> None:
-    """The cluster table as Parquet files on S3 (its state their listing) gives the tables the
-    Delta one gives."""
-    assert runs.parquet_clusters == runs.after_backfill
-    assert set(runs.after_backfill["unique_clusters_daily"]) == set(DAYS[:3])
-
-
-def test_a_nightly_killed_on_s3_resumes_to_the_uninterrupted_tables(runs: Runs) -> None:
-    """SIGKILLed after its fourth commit (its `started` rows and three tables appended); the
-    next run takes over the writer lease the dead process left and restates the day: every
-    table as the uninterrupted nightly left it, the day once."""
-    assert "killed after commit 4" in runs.killed_err
-    assert runs.killed_after_night == runs.after_night
 
 
 def test_report_alerts_and_views_read_the_warehouse_on_s3(
