@@ -163,7 +163,7 @@ def uninterrupted(
 @pytest.mark.parametrize(
     ("moment", "pattern", "occurrence", "delay"),
     [
-        ("during a Delta commit", "writing .*unique_clusters_daily", 2, 0.2),
+        ("during a Delta commit", "(writing|appending to) .*unique_clusters_daily", 2, 0.2),
         ("between days", ": published,", 2, 0.0),
     ],
 )
