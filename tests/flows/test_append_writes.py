@@ -212,6 +212,15 @@ def _first_runs(
     return run.for_chunk([DAY], [TABLE, DAILY_TABLE])
 
 
+def _write_both(writes: ChunkWrites, caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The chunk's rows of TABLE and DAILY_TABLE written; what the writes logged."""
+    spark = writes.run.spark
+    with caplog.at_level("INFO", logger="logmetrics.flows.writes"):
+        writes.write(_rows(spark, DAY), TABLE, [DAY])
+        writes.write(_daily_rows(spark, DAY), DAILY_TABLE, [DAY])
+    return [r.getMessage() for r in caplog.records if r.name == "logmetrics.flows.writes"]
+
+
 def test_the_first_run_into_a_new_warehouse_appends(
     spark: SparkSession, tmp_path: Path, side: SideSteps, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -220,10 +229,7 @@ def test_the_first_run_into_a_new_warehouse_appends(
     replaces (a state rebuild per table for days no table holds) or says another run began."""
     writes = _first_runs(spark, tmp_path, side, before=None)
     assert writes.run.position.result() == Position(None, 1, False)
-    with caplog.at_level("INFO", logger="logmetrics.flows.writes"):
-        writes.write(_rows(spark, DAY), TABLE, [DAY])
-        writes.write(_daily_rows(spark, DAY), DAILY_TABLE, [DAY])
-    said = [r.getMessage() for r in caplog.records if r.name == "logmetrics.flows.writes"]
+    said = _write_both(writes, caplog)
     assert said == [
         f"{table.name}: appended {DAY} (new to the table)" for table in (TABLE, DAILY_TABLE)
     ]
@@ -239,10 +245,7 @@ def test_a_run_that_found_no_ledger_after_another_runs_rows_replaces(
     sole, replaces, and says why once for the chunk's two tables."""
     writes = _first_runs(spark, tmp_path, side, before="B")
     assert writes.run.position.result() == Position(None, 2, True)
-    with caplog.at_level("INFO", logger="logmetrics.flows.writes"):
-        writes.write(_rows(spark, DAY), TABLE, [DAY])
-        writes.write(_daily_rows(spark, DAY), DAILY_TABLE, [DAY])
-    said = [r.getMessage() for r in caplog.records if r.name == "logmetrics.flows.writes"]
+    said = _write_both(writes, caplog)
     assert said == [
         f"{DAY}: replaced in every table "
         "(another run began days between this run's read of the ledger and its own)"
