@@ -10,10 +10,19 @@ STAMP  := $(VENV)/.installed-stamp
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt Makefile
+# The venvs are filled by uv (pinned here, pip-installed into .venv first), from the same pins
+# as pip would: a fresh .venv in 42 and 37 s against pip's 114 s, the Airflow venv in 5 s
+# against 115 s (2026-12-07, this machine, both tools' caches warm: what a fresh clone on a
+# machine that built one before meets). `pip check` still judges each venv.
+UV_VERSION := 0.13.9
+UV := $(BIN)/uv
+
+$(UV):
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
-		-e '.[local,dev,bench]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(STAMP): pyproject.toml constraints.txt Makefile | $(UV)
+	$(UV) pip install --quiet --python $(BIN)/python -c constraints.txt -e '.[local,dev,bench]'
 	$(BIN)/python -m pip check
 	@touch $(STAMP)
 
@@ -71,15 +80,15 @@ wheel: install
 	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps -w dist .
 
 # Its dependencies, from the wheel `wheel` has just built (test-compat builds it first).
-$(COMPAT_STAMP): pyproject.toml constraints-spark40.txt
+$(COMPAT_STAMP): pyproject.toml constraints-spark40.txt | $(UV)
 	@test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
-	$(COMPAT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
-		-c constraints-spark40.txt "$$(ls dist/logmetrics-*.whl)[local,dev]"
+	$(UV) pip install --quiet --python $(COMPAT_VENV)/bin/python -c constraints-spark40.txt \
+		"$$(ls dist/logmetrics-*.whl)[local,dev]"
 	@touch $(COMPAT_STAMP)
 
 compat-venv: wheel $(COMPAT_STAMP)
-	$(COMPAT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
-		--force-reinstall dist/logmetrics-*.whl
+	$(UV) pip install --quiet --python $(COMPAT_VENV)/bin/python --no-deps --reinstall \
+		dist/logmetrics-*.whl
 	$(COMPAT_VENV)/bin/python -m pip check
 
 COMPAT_TESTS := tests/test_wheel.py tests/test_session.py tests/flows/test_append_writes.py
@@ -195,9 +204,9 @@ clean:
 AF_VENV  := .venv-airflow
 AF_STAMP := $(AF_VENV)/.installed-stamp
 
-$(AF_STAMP): deploy/airflow/requirements.txt deploy/airflow/constraints.txt
+$(AF_STAMP): deploy/airflow/requirements.txt deploy/airflow/constraints.txt | $(UV)
 	@test -x $(AF_VENV)/bin/python || $(PYTHON) -m venv $(AF_VENV)
-	$(AF_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r deploy/airflow/requirements.txt
+	$(UV) pip install --quiet --python $(AF_VENV)/bin/python -r deploy/airflow/requirements.txt
 	$(AF_VENV)/bin/python -m pip check
 	@touch $(AF_STAMP)
 
