@@ -482,6 +482,7 @@ def _eval_config(path: Path, inputs: dict[str, Path], runs: dict[str, str] | Non
     return path
 
 
+@pytest.mark.slow
 def test_evaluate_end_to_end(
     spark: SparkSession,
     eval_inputs: dict[str, Path],
@@ -516,6 +517,7 @@ def test_evaluate_end_to_end(
     assert recall[("dedup", 10, "recall")] == pytest.approx((6 / 9 + 1) / 2)
 
 
+@pytest.mark.slow
 def test_evaluating_a_run_again_replaces_only_its_rows(
     spark: SparkSession, eval_inputs: dict[str, Path], tmp_path: Path
 ) -> None:

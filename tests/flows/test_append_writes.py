@@ -48,6 +48,10 @@ DAY = dt.date(2026, 5, 2)
 OTHER = dt.date(2026, 5, 1)  # a day published before the runs below
 STARTED_AT = dt.datetime(2026, 5, 3, 1, 0)
 
+# Two runs' writes, each several Delta commits on fresh tables (about 10 s a test): `make test`,
+# not the inner loop.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def side() -> Iterator[SideSteps]:

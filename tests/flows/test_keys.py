@@ -328,6 +328,7 @@ def test_a_broadcast_out_of_memory_takes_the_next_plan_then_stops_with_a_sentenc
     assert "lower backfill.broadcast_max_chunks" in line and "raise spark.driver_memory" in line
 
 
+@pytest.mark.slow
 def test_kept_keys_in_tables_beside_catalog_outputs(spark: SparkSession) -> None:
     """Catalog outputs with no keys folder: the keys are kept in two Delta tables of their
     schema, read back by the next run with their facts; a salt known to collide is skipped;
