@@ -83,7 +83,7 @@ wheel: install
 $(COMPAT_STAMP): pyproject.toml constraints-spark40.txt | $(UV)
 	@test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
 	$(UV) pip install --quiet --python $(COMPAT_VENV)/bin/python -c constraints-spark40.txt \
-		"$$(ls dist/logmetrics-*.whl)[local,dev]"
+		"$$(ls dist/logmetrics-*.whl)[local,dev]" uv==$(UV_VERSION)
 	@touch $(COMPAT_STAMP)
 
 compat-venv: wheel $(COMPAT_STAMP)

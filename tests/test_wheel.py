@@ -99,8 +99,13 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     _run([sys.executable, "-m", "venv", venv], "creating the runtime venv")
     pins = _pins()
     pip = [python, "-m", "pip", "--disable-pip-version-check"]
+    # The runtime's own packages are the stand-in, not what is tested: installed by the uv of
+    # the test's venv where it has one (the Makefile puts it there: a minute or two less of
+    # .ci/run), else by pip. The wheel below is installed by plain pip either way.
+    uv = Path(sys.executable).with_name("uv")
+    installer = [uv, "pip", "install", "--python", python] if uv.exists() else [*pip, "install"]
     _run(
-        [*pip, "install", "--quiet", *(f"{name}=={pins[name]}" for name in RUNTIME_PACKAGES)],
+        [*installer, "--quiet", *(f"{name}=={pins[name]}" for name in RUNTIME_PACKAGES)],
         "installing the runtime's packages",
     )
     before = _installed_version(python, "pyspark")
