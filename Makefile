@@ -43,16 +43,23 @@ s3-faults: s3-server
 
 # The suite on three workers (pytest-xdist, a module per worker at a time: tests/conftest.py
 # hands out the longest first) on plain Spark (the suite's engine: tests/suite_session.py), but
-# the guarantees of whole processes and stores (`reliability`, `objectstore`) and the modules
-# that compare every published table with the pure-Python reference (REFERENCE_TESTS): .ci/run
-# runs, after it, `make test-guarantees` (those guarantees, then REFERENCE_TESTS on Comet, the
-# default engine, with a large cluster table's other plans, marked `plans`), `make test-compat`
-# (the Spark 4.0 line, the wheel on a runtime) and `make test-deploy` (the Airflow DAGs and the
-# bundle, in their own venv); `make test-release` what needs no checking per change (a Hive
-# metastore, the reference tests on plain Spark 4.1 and 4.0, the snippets' venvs). `make test`
-# keeps one reference test on plain Spark: tests/test_log_shapes.py's property test, every log
-# shape and mapping against the reference. `make test-reference`: REFERENCE_TESTS on plain Spark.
+# the guarantees of whole processes and stores (`reliability`, `objectstore`), the modules that
+# compare every published table with the pure-Python reference (REFERENCE_TESTS) and the whole
+# runs of many thousands of requests a user meets first (WHOLE_RUN_TESTS): .ci/run runs, after
+# it, `make test-guarantees` (those guarantees, then REFERENCE_TESTS and WHOLE_RUN_TESTS on
+# Comet, the default engine, with a large cluster table's other plans, marked `plans`), `make
+# test-compat` (the Spark 4.0 line, the wheel on a runtime) and `make test-deploy` (the Airflow
+# DAGs and the bundle, in their own venv); `make test-release` what needs no checking per change
+# (a Hive metastore, the reference tests on plain Spark 4.1 and 4.0, the snippets' venvs). `make
+# test` keeps one reference test on plain Spark: tests/test_log_shapes.py's property test, every
+# log shape and mapping against the reference. `make test-reference`: REFERENCE_TESTS and
+# WHOLE_RUN_TESTS on plain Spark.
 REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_hostile.py
+# The README as a stranger runs it (`logmetrics demo`: 600,000 served rows, then every command
+# the README shows) and the alerts found on 45,000 generated requests, each row against the
+# independent rule: on the engine a user's run starts, Comet. 358 and 148 s of the 1892 s of
+# worker time `make test` took with them (2026-12-07, a fresh clone, platform floor 14 s: 10:45).
+WHOLE_RUN_TESTS := tests/test_readme.py tests/test_alerts_end_to_end.py
 # Three workers on 2 cores: the suite's backfills wait on Delta commits and on the processes some
 # tests start, so a third worker fills the cores (2026-12-02, the same hour, platform floor 14 s:
 # 20:18 on two workers, 16:55 on three; 2026-12-04, one pair in a working tree, four first:
@@ -60,7 +67,7 @@ REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_
 XDIST := -n 3 --dist loadfile --no-loadscope-reorder
 
 test: install s3-server
-	$(BIN)/python -m pytest $(XDIST) $(REFERENCE_TESTS:%=--ignore=%) \
+	$(BIN)/python -m pytest $(XDIST) $(REFERENCE_TESTS:%=--ignore=%) $(WHOLE_RUN_TESTS:%=--ignore=%) \
 		-m "not platform and not reliability and not objectstore and not snippets and not plans" \
 		--durations=30
 
@@ -105,13 +112,14 @@ test-compat: compat-venv
 # real S3 server, and the storage faults where each client of the store meets each fault
 # (`objectstore`); then the tests that compare every published table with the pure-Python
 # reference (REFERENCE_TESTS) on Comet, the default engine, among them a large cluster table's
-# other plans (`plans`: kept keys, a cut-down broadcast, a shuffle join).
+# other plans (`plans`: kept keys, a cut-down broadcast, a shuffle join), and the README's demo
+# and commands and the alerts on generated history (WHOLE_RUN_TESTS) on it too.
 GUARANTEE_TESTS := tests/flows/test_nightly_commits.py tests/test_stopping.py \
 	tests/test_object_storage_runs.py tests/test_orchestration.py tests/test_cli_process.py \
 	tests/flows/test_held_days.py tests/faults
 GUARANTEES := $(BIN)/python -m pytest $(XDIST) --durations=15 $(GUARANTEE_TESTS) -m
 ON_COMET   := LOGMETRICS_TEST_ACCELERATOR=comet $(BIN)/python -m pytest $(XDIST) --durations=15 \
-	$(REFERENCE_TESTS) -m
+	$(REFERENCE_TESTS) $(WHOLE_RUN_TESTS) -m
 
 test-guarantees: install s3-faults
 	$(GUARANTEES) "(reliability or objectstore) and not exhaustive"
@@ -134,7 +142,8 @@ test-release: compat-venv s3-faults
 		-m "not snippets" --durations=15 $(REFERENCE_TESTS)
 
 test-reference: install s3-server
-	$(BIN)/python -m pytest $(XDIST) --durations=15 $(REFERENCE_TESTS) -m "not snippets"
+	$(BIN)/python -m pytest $(XDIST) --durations=15 $(REFERENCE_TESTS) $(WHOLE_RUN_TESTS) \
+		-m "not snippets"
 
 # Two workers, a JVM each: 4:21 and 4:25 against 5:58 and 6:36 in one process, three workers
 # 4:54 and 5:00 (2026-12-03, alternating, platform floor 23 s that hour). On the suite's engine

@@ -41,7 +41,7 @@ LONGEST_FIRST = (
     "test_wheel.py",  # make test-compat: a Spark 4.0 venv
     "test_hive_metastore.py",  # make test-release: four JVMs one after another
     "test_object_storage_runs.py",  # make test-guarantees: about 8 minutes of runs on S3 first
-    "test_readme.py",  # 668 s: the demo (compiled, 600,000 rows), then its commands
+    "test_readme.py",  # make test-guarantees (on Comet): the demo (600,000 rows), its commands
     "test_end_to_end.py",  # make test-guarantees (on Comet): 466 s on plain Spark
     "test_living_inputs.py",  # 597 s
     "test_nightly_commits.py",  # make test-guarantees (reliability): a nightly's kill points
@@ -52,7 +52,7 @@ LONGEST_FIRST = (
     "test_log_shapes.py",  # 253 s: a property test and three shapes end to end
     "test_cli_process.py",  # 249 s: processes; its broadcast too large in make test-guarantees
     "test_reliability.py",  # 232 s
-    "test_alerts_end_to_end.py",  # 231 s
+    "test_alerts_end_to_end.py",  # make test-guarantees (on Comet): 148 s on plain Spark
     "test_hostile.py",  # make test-guarantees (on Comet): 196 s on plain Spark
     "test_gate_policy.py",  # 194 s
     "test_orchestration.py",  # about 150 s; its kills and races in make test-guarantees

@@ -31,7 +31,9 @@ from logmetrics.cli import main
 from logmetrics.config import load_config
 from logmetrics.synthetic import PlantedChange, PlantedFlood, generate
 
-# A backfill through the CLI (25 days, then a nightly): `make test`, not the inner loop.
+# A backfill through the CLI (25 days, then a nightly) of 45,000 requests, every row against the
+# independent rule: the Makefile's WHOLE_RUN_TESTS, run on Comet, the default engine, by `make
+# test-guarantees` (not `make test`, nor the inner loop).
 pytestmark = pytest.mark.slow
 
 START = dt.date(2026, 9, 7)  # a Monday

@@ -73,7 +73,7 @@ def _backfill_argv(config: Path, start: dt.date = START, end: dt.date = END) -> 
     return ["backfill", "--config", str(config), "--start", str(start), "--end", str(end)]
 
 
-def test_ledger_skips_done_days_unless_forced_or_changed(
+def test_the_ledger_records_each_day_and_a_changed_setting_restates_it(
     spark: SparkSession, data: Path, tmp_path: Path
 ) -> None:
     warehouse = tmp_path / "wh"
@@ -88,15 +88,17 @@ def test_ledger_skips_done_days_unless_forced_or_changed(
     assert all(r.queries == 60 and r.rows_read >= 60 and r.finished_at for r in done)
     assert len({r.config_fingerprint for r in first}) == 1
 
-    assert main(_backfill_argv(config, START, two)) == 0  # everything done: nothing to do
-    assert len(_ledger(spark, warehouse)) == len(first)
-
-    assert main([*_backfill_argv(config, START, two), "--force"]) == 0
-    assert len(_ledger(spark, warehouse)) == 2 * len(first)
-
+    # A day done from the same inputs and config is skipped, and --force restates it: the same
+    # `run_range` for `run` and `backfill`, checked by tests/test_operator_view.py
+    # (test_run_skips_a_day_that_is_done_and_force_restates_it) and, for a backfill over a
+    # published range, tests/flows/test_living_inputs.py. A changed setting restates each day.
     changed = [*_backfill_argv(config, START, two), "--set", "metrics.threshold=3"]
     assert main(changed) == 0
-    assert len(_ledger(spark, warehouse)) == 3 * len(first)
+    again = _ledger(spark, warehouse)
+    assert len(again) == 2 * len(first)
+    assert len({r.config_fingerprint for r in again}) == 2
+    restated = [r for r in again if r.status == "published" and r.reason == "config_changed"]
+    assert sorted(r.metric_date for r in restated) == [START, two]
 
 
 def test_json_logs_carry_the_run_id_on_every_line(
