@@ -1,5 +1,6 @@
 """The ledger read without Spark (delta-rs, before a run starts Spark to find it has nothing to
-do) picks, for every day, the row Spark's read picks: on local files and on a real S3 server."""
+do) picks, for every day, the row Spark's read picks: on local files and on a real S3 server;
+its files read through pyarrow's own file system, never as Python file objects."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from deltalake.fs import DeltaStorageHandler
 from pyspark.sql import SparkSession
 
 from logmetrics.config import OutputConfig
@@ -54,8 +56,22 @@ ROWS = [
 
 @pytest.mark.parametrize("store", ["local", "s3"])
 def test_the_ledger_read_without_spark_picks_sparks_rows(
-    spark: SparkSession, tmp_path: Path, store: str, request: pytest.FixtureRequest
+    spark: SparkSession,
+    tmp_path: Path,
+    store: str,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The same rows as Spark's, and no file opened through delta-rs's Python file system
+    (its default for pyarrow): a Python file the scan's threads let go of after the
+    interpreter began to exit aborted the process of a `run` that had found its day done
+    (exit status 134, `terminate called without an active exception`, on a busy machine)."""
+
+    def python_file(*args: object) -> None:
+        raise AssertionError("a Delta file opened as a Python file object")
+
+    for method in ("open_input_file", "open_input_stream"):
+        monkeypatch.setattr(DeltaStorageHandler, method, python_file)
     if store == "s3":
         request.getfixturevalue("s3_spark")
         warehouse = f"{request.getfixturevalue('s3')}/wh"

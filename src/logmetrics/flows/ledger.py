@@ -192,10 +192,8 @@ def previous_runs_without_spark(
     present = set(table.schema().to_arrow().names)
     order = ["status", "finished_at", "started_at", "run_id"]
     columns = ["metric_date", *order, *(c for c in wanted if c in present and c not in order)]
-    rows = table.to_pyarrow_table(
-        columns=columns,
-        filters=[("metric_date", ">=", min(dates)), ("metric_date", "<=", max(dates))],
-    ).to_pylist()
+    bounds = [("metric_date", ">=", min(dates)), ("metric_date", "<=", max(dates))]
+    rows = delta_rs.read_rows(table, location, columns, bounds).to_pylist()
     latest: dict[dt.date, dict[str, Any]] = {}
     for row in rows:
         day = row["metric_date"]

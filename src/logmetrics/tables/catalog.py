@@ -685,7 +685,7 @@ def check_rows_without_spark(
         return
     bounds = [] if first is None else [("metric_date", ">=", first), ("metric_date", "<=", last)]
     try:
-        rows = found.to_pyarrow_table(columns=["metric_date"], filters=bounds or None).num_rows
+        rows = delta_rs.read_rows(found, location, ["metric_date"], bounds).num_rows
     except Exception as exc:  # a feature delta-rs lacks: Spark reads it
         log.info("delta-rs cannot read %s (%s): Spark reads it", location, exc)
         return
