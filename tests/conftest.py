@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from benchmarks import s3_server
@@ -144,12 +149,41 @@ def _run_logs_in_a_temp_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     logs._LOG_ROOT = tmp_path_factory.mktemp("run-logs")
 
 
+# The worker's S3 server, started in the background once the collected tests hold one that
+# needs it: SeaweedFS takes about 11 s to take its first object (its filer waits out its peers'
+# bootstrap), time the worker spends on its first tests instead of waiting.
+_S3_STARTING: Future[s3_server.S3Server] | None = None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    global _S3_STARTING
+    if any("s3_server_running" in getattr(item, "fixturenames", ()) for item in session.items):
+        data = Path(tempfile.mkdtemp(prefix="s3-server-"))
+        _S3_STARTING = ThreadPoolExecutor(1, "s3-server").submit(s3_server.start, data)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The background server stopped (if no test took it: `s3_server_running` stops its own),
+    its data removed."""
+    if _S3_STARTING is None or _S3_STARTING.cancel():
+        return
+    with contextlib.suppress(Exception):
+        server = _S3_STARTING.result()
+        server.stop()
+        shutil.rmtree(server.log.parent, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def s3_server_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3_server.S3Server]:
     """A real S3 server (SeaweedFS, benchmarks/s3_server.py) for the worker's tests, its keys
     in this process's environment (the standard credential chain reads them: pyarrow here,
-    and the processes tests start)."""
-    with s3_server.running(tmp_path_factory.mktemp("s3-server")) as server:
+    and the processes tests start): the one started in the background at collection, if it
+    started."""
+    started = None
+    if _S3_STARTING is not None:
+        with contextlib.suppress(Exception):  # it failed to start: start it here, and say why
+            started = _S3_STARTING.result()
+    with s3_server.running(tmp_path_factory.mktemp("s3-server"), started=started) as server:
         storage.configure({})  # the file systems made from now on take the server's keys
         yield server
     storage.configure({})
