@@ -243,13 +243,17 @@ def _writable(server: S3Server, deadline: float) -> S3Server:
 
 
 @contextlib.contextmanager
-def running(
-    data: Path, metrics_port: int = 0, started: S3Server | None = None
-) -> Iterator[S3Server]:
-    """A started server (`start`, or `started`, one already started) with its keys in this
-    process's environment for the block (the standard credential chain reads them, here and
-    in the processes started meanwhile); stopped after, the environment as it was."""
-    server = started or start(data, metrics_port=metrics_port)
+def running(data: Path, metrics_port: int = 0) -> Iterator[S3Server]:
+    """A server started for the block (`start`, then `serving`)."""
+    with serving(start(data, metrics_port=metrics_port)) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def serving(server: S3Server) -> Iterator[S3Server]:
+    """A started server with its keys in this process's environment for the block (the
+    standard credential chain reads them, here and in the processes started meanwhile);
+    stopped after, the environment as it was."""
     saved = {name: os.environ.get(name) for name in server.env}
     os.environ.update(server.env)
     try:

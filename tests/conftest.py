@@ -183,7 +183,9 @@ def s3_server_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3_s
     if _S3_STARTING is not None:
         with contextlib.suppress(Exception):  # it failed to start: start it here, and say why
             started = _S3_STARTING.result()
-    with s3_server.running(tmp_path_factory.mktemp("s3-server"), started=started) as server:
+    if started is None:
+        started = s3_server.start(tmp_path_factory.mktemp("s3-server"))
+    with s3_server.serving(started) as server:
         storage.configure({})  # the file systems made from now on take the server's keys
         yield server
     storage.configure({})
