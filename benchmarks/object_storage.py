@@ -34,7 +34,7 @@ from benchmarks.big_clusters import BIG, KEY_PHASES, run_config, stage_args
 from benchmarks.datasets import REPO, Dataset, ensure_big_clusters, repo_relative
 from benchmarks.fixed_cost import _phases
 from benchmarks.measure import run_measured
-from logmetrics.tables import storage
+from logmetrics import storage
 
 log = logging.getLogger("benchmarks")
 

@@ -269,8 +269,8 @@ def serving(server: S3Server) -> Iterator[S3Server]:
 
 def upload(local: Path, uri: str) -> None:
     """A local file or folder copied to `uri` on S3 (under it, for a file), with the S3 settings
-    `logmetrics.tables.storage` was configured with."""
-    from logmetrics.tables import storage
+    `logmetrics.storage` was configured with."""
+    from logmetrics import storage
 
     where = storage.place(uri)
     assert where is not None, uri

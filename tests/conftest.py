@@ -17,9 +17,9 @@ import pytest
 from benchmarks import s3_server
 from pyspark.sql import SparkSession
 
+from logmetrics import storage
 from logmetrics.config import SparkConfig
 from logmetrics.session import local_conf, resolve_lock
-from logmetrics.tables import storage
 from suite_session import ACCELERATOR, INTERPRETED, TEST_CONF
 
 
@@ -193,7 +193,7 @@ def s3_server_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3_s
 
 @pytest.fixture
 def s3(s3_server_running: s3_server.S3Server, request: pytest.FixtureRequest) -> Iterator[str]:
-    """`s3a://logmetrics/<the test's own prefix>` on the real server, with `tables.storage`
+    """`s3a://logmetrics/<the test's own prefix>` on the real server, with `storage`
     configured for it (as a command's config would)."""
     storage.configure(s3_server_running.spark_conf)
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name)[:60]

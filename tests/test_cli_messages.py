@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from logmetrics import storage
 from logmetrics.cli import main
 from logmetrics.errors import InputError
 from logmetrics.synthetic import generate
-from logmetrics.tables import storage
 
 START = dt.date(2026, 4, 1)
 

@@ -615,7 +615,7 @@ def test_csv_and_parquet_inputs(spark: SparkSession, tmp_path: Path) -> None:
     """Text columns from csv are converted; a grade that is not an integer is named."""
     from logmetrics.config import JudgmentsInput, RunInput
     from logmetrics.errors import InputError
-    from logmetrics.tables.sources import read_judgments, read_run
+    from logmetrics.inputs.judged import read_judgments, read_run
 
     csv = tmp_path / "judgments.csv"
     csv.write_text("query_id,chunk_id,grade\nq1,a,2\nq1,b,\n", encoding="utf-8")

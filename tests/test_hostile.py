@@ -27,11 +27,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, StructField, StructType
 
 import reference
+from contract import SERVED_LOGS
 from logmetrics.cli import main
+from logmetrics.inputs.served_logs import filter_served_between
 from logmetrics.quality.facts import day_facts, quarantined_rows
 from logmetrics.rules.per_request import requests_by_key
-from logmetrics.schemas import CLUSTERS, PARTITION_DATE, SERVED_LOGS
-from logmetrics.tables.sources import filter_served_between
+from logmetrics.schemas import CLUSTERS, PARTITION_DATE
 from spark_reference import keyed_clusters
 
 pytestmark = [pytest.mark.slow, pytest.mark.reference]

@@ -2,9 +2,10 @@
 
 - Every public function, class and constant of src/logmetrics is used by production code
   (src/, jobs/, benchmarks/, deploy/): what only tests need lives in tests/.
-- Imports run one way: face (cli, demo) -> flows (and the report) -> rules / quality / tables
-  -> the ground floor (config, schemas, session, errors, interrupt, phases, redaction). Nothing
-  upward, and the rules are pure: no flows, tables, session or CLI, and no reads or writes.
+- Imports run one way: face (cli, demo) -> flows (and the report) -> rules / quality / inputs /
+  tables -> the ground floor (config, schemas, storage, session, errors, interrupt, phases,
+  redaction). Nothing upward, and the rules are pure: no flows, inputs, tables, session or CLI,
+  and no reads or writes.
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ FLOORS = {
     "rules": 2,
     "quality": 2,
     "tables": 2,
+    "inputs": 2,
     "synthetic": 2,
     "ground": 1,
 }
 GROUND = {
     "config",
+    "storage",
     "console",
     "schemas",
     "session",
@@ -268,8 +271,9 @@ def _io_calls(path: Path) -> list[str]:
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "rules").glob("*.py")), ids=_module_name)
 def test_the_rules_are_pure(path: Path) -> None:
-    """No rule imports a flow, a table, the session or the CLI, nor reads or writes data: no
-    Spark reader or writer, no open(), read_* or write_* call, no pandas or pyarrow file I/O."""
-    forbidden = ("flows", "tables", "session", "cli", "demo", "report")
+    """No rule imports a flow, an input, a table, the session or the CLI, nor reads or writes
+    data: no Spark reader or writer, no open(), read_* or write_* call, no pandas or pyarrow
+    file I/O."""
+    forbidden = ("flows", "inputs", "tables", "storage", "session", "cli", "demo", "report")
     bad_imports = [t for t in _imports(path) if t.split(".")[0] in forbidden]
     assert (bad_imports, _io_calls(path)) == ([], []), _module_name(path)

@@ -43,17 +43,17 @@ from pyspark.sql.types import (
 
 import reference
 from logmetrics.cli import main
-from logmetrics.rules.cluster_keys import cluster_keys
-from logmetrics.rules.per_request import explode_windows, filter_served_requests, requests_by_key
-from logmetrics.schemas import CLUSTERS
-from logmetrics.tables.shapes import (
-    LogShape,
+from logmetrics.inputs.layout import LogShape
+from logmetrics.inputs.served_logs import filter_served_between
+from logmetrics.inputs.shapes import (
     contract_plan,
     group_result_rows,
     to_contract,
     with_row_order,
 )
-from logmetrics.tables.sources import filter_served_between
+from logmetrics.rules.cluster_keys import cluster_keys
+from logmetrics.rules.per_request import explode_windows, filter_served_requests, requests_by_key
+from logmetrics.schemas import CLUSTERS
 from test_properties import END, START, clusters, ks, logs
 
 pytestmark = [pytest.mark.slow, pytest.mark.reference]
@@ -187,7 +187,7 @@ def frame(spark: SparkSession, shape: LogShape, rows: list[dict[str, Any]]) -> D
 
 
 def read_as_contract(raw: DataFrame, shape: LogShape) -> DataFrame:
-    """What `tables.sources.read_served_logs` does to the rows it reads."""
+    """What `inputs.served_logs.read_served_logs` does to the rows it reads."""
     plan = contract_plan({f.name: f.dataType for f in raw.schema.fields}, "served logs", shape)
     logs_df = to_contract(with_row_order(raw) if shape.exploded else raw, plan)
     logs_df = logs_df.transform(filter_served_between, START, END)
@@ -621,7 +621,7 @@ def test_exploded_parquet_keeps_the_answers_without_spark(shape_runs: dict[str, 
     just published are answered done from the footers and the ledger, without Spark."""
     from logmetrics.config import load_config
     from logmetrics.flows.backfill import answer_without_spark
-    from logmetrics.tables.footers import footer_days
+    from logmetrics.inputs.footers import footer_days
 
     config = load_config([shape_runs["configs"]["exploded"]])
     footers = footer_days(config.inputs.logs(), DAY1, DAY2)

@@ -34,9 +34,10 @@ from benchmarks import s3_server
 from pyspark.sql import SparkSession
 
 import reference
+from logmetrics import storage
 from logmetrics.cli import main
 from logmetrics.synthetic import generate
-from logmetrics.tables import catalog, storage
+from logmetrics.tables import catalog
 from suite_session import process_spark
 
 pytestmark = [pytest.mark.slow, pytest.mark.objectstore]

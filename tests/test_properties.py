@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 import reference
+from contract import SERVED_LOGS
+from logmetrics.inputs.served_logs import filter_served_between
 from logmetrics.rules.cluster_keys import cluster_keys
 from logmetrics.rules.crowding import crowding_candidates, crowding_rows
 from logmetrics.rules.daily import (
@@ -21,8 +23,7 @@ from logmetrics.rules.daily import (
     with_segments,
 )
 from logmetrics.rules.per_request import explode_windows, filter_served_requests, requests_by_key
-from logmetrics.schemas import CLUSTERS, SERVED_LOGS
-from logmetrics.tables.sources import filter_served_between
+from logmetrics.schemas import CLUSTERS
 from spark_reference import daily_distributions, unique_clusters_by_request
 
 pytestmark = [pytest.mark.slow, pytest.mark.reference]

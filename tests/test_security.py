@@ -18,7 +18,9 @@ from logmetrics import session
 from logmetrics.cli import main
 from logmetrics.config import OutputConfig, SparkConfig, load_config
 from logmetrics.errors import ConfigError, LogmetricsError
+from logmetrics.inputs.clusters import _latest_delta_version
 from logmetrics.redaction import REDACTED, redact_url
+from logmetrics.storage import delta_path_identifier
 from logmetrics.tables.catalog import (
     DAILY_TABLE,
     DATA_QUALITY_TABLE,
@@ -29,8 +31,6 @@ from logmetrics.tables.catalog import (
     sql_string,
     table_ref,
 )
-from logmetrics.tables.delta_paths import delta_path_identifier
-from logmetrics.tables.sources import _latest_delta_version
 
 REPO = Path(__file__).resolve().parents[1]
 MINIMAL = """

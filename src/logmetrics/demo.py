@@ -219,8 +219,8 @@ def _with_calibration(
     `inputs.calibration` naming it: the run checks and publishes it as `detector_calibration`,
     and the report shows it."""
     from logmetrics.config import CalibrationInput
+    from logmetrics.inputs.clusters import read_clusters
     from logmetrics.schemas import CALIBRATION
-    from logmetrics.tables.sources import read_clusters
 
     version = read_clusters(spark, config.inputs.clusters).version
     row = demo_calibration(out, queries_per_day, floods, version, dt.datetime.now(dt.UTC).date())

@@ -36,23 +36,6 @@ def _field(name: str, data_type: DataType, comment: str, nullable: bool = True) 
 
 # --- Inputs -------------------------------------------------------------------------------
 
-RESULT_ENTRY = StructType(
-    [
-        StructField("rank", IntegerType()),
-        StructField("chunk_id", StringType()),
-    ]
-)
-"""A served result. An optional integer `tokens` field (its prompt tokens) prices redundancy."""
-
-SERVED_LOGS = StructType(
-    [
-        StructField("request_id", StringType()),
-        StructField("served_at", TimestampType()),
-        StructField("results", ArrayType(RESULT_ENTRY)),
-    ]
-)
-"""The served-logs contract. Other columns are carried along and ignored."""
-
 CLUSTERS = StructType(
     [
         StructField("chunk_id", StringType()),

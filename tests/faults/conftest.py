@@ -34,9 +34,10 @@ from pyarrow import fs as pafs
 from pyspark.sql import SparkSession
 
 import reference
+from logmetrics import storage
 from logmetrics.cli import main
 from logmetrics.synthetic import generate
-from logmetrics.tables import catalog, storage
+from logmetrics.tables import catalog
 from logmetrics.tables.lease import LEASE_FILE
 from suite_session import process_spark
 

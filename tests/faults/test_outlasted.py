@@ -37,7 +37,7 @@ from conftest import (
     run_through,
     settings,
 )
-from logmetrics.tables import storage
+from logmetrics import storage
 from logmetrics.tables.lease import LEASE_FILE
 from storage_faults import HttpFaultProxy
 

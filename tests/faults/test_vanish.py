@@ -35,8 +35,8 @@ from conftest import (
     settings,
     tables,
 )
+from logmetrics import storage
 from logmetrics.cli import main
-from logmetrics.tables import storage
 
 pytestmark = [pytest.mark.slow, pytest.mark.objectstore, pytest.mark.faults]
 

@@ -16,6 +16,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
+from contract import SERVED_LOGS
 from logmetrics.config import ClustersInput, Config, InputsConfig
 from logmetrics.errors import LogmetricsError
 from logmetrics.flows.keys import (
@@ -36,7 +37,7 @@ from logmetrics.flows.side_steps import SideSteps
 from logmetrics.phases import Phases
 from logmetrics.rules.cluster_keys import cluster_keys
 from logmetrics.rules.per_request import requests_by_key
-from logmetrics.schemas import CLUSTERS, SERVED_LOGS
+from logmetrics.schemas import CLUSTERS
 from logmetrics.session import BroadcastMemory
 from logmetrics.tables.keys_cache import KEEP, FolderKeys, KeysStore, TableKeys
 

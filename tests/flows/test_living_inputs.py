@@ -21,7 +21,7 @@ import reference
 from logmetrics.cli import main
 from logmetrics.flows import chunk as chunk_flow
 from logmetrics.flows import ledger
-from logmetrics.flows.inputs import DayInputs
+from logmetrics.inputs.days import DayInputs
 from logmetrics.synthetic import generate
 
 pytestmark = pytest.mark.slow

@@ -10,9 +10,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 import reference
+from contract import SERVED_LOGS
 from logmetrics.cli import main
 from logmetrics.quality.gx_suite import CHECKS
-from logmetrics.schemas import SERVED_LOGS
 
 pytestmark = pytest.mark.slow
 

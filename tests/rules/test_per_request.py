@@ -9,9 +9,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
+from contract import SERVED_LOGS
 from logmetrics.rules.cluster_keys import chunk_hash, cluster_keys
 from logmetrics.rules.per_request import explode_windows, with_cluster_keys
-from logmetrics.schemas import CLUSTERS, SERVED_LOGS
+from logmetrics.schemas import CLUSTERS
 from spark_reference import cluster_facts, key_hash_collisions, unique_clusters_by_request
 
 DAY = dt.date(2026, 1, 5)

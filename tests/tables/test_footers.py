@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from logmetrics.config import ClustersInput, Config, InputsConfig, OutputConfig, ServedLogsInput
 from logmetrics.flows import inputs
 from logmetrics.flows.inputs import day_inputs
-from logmetrics.tables.footers import footer_days
+from logmetrics.inputs.footers import footer_days
 
 START, END = dt.date(2026, 3, 1), dt.date(2026, 3, 3)
 

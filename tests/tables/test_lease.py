@@ -13,9 +13,10 @@ import time
 import pytest
 from pyspark.sql import SparkSession
 
+from logmetrics import storage
 from logmetrics.config import OutputConfig
 from logmetrics.errors import LogmetricsError
-from logmetrics.tables import lease, storage
+from logmetrics.tables import lease
 from logmetrics.tables.catalog import JOB_RUNS_TABLE, append
 from logmetrics.tables.lease import LEASE_FILE, LeaseLost, held, needs_lease
 

@@ -18,25 +18,22 @@ from pyarrow import fs as pafs
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from logmetrics import storage
 from logmetrics.cli import main
 from logmetrics.config import Config, OutputConfig, ServedLogsInput
 from logmetrics.flows import inputs as inputs_flow
 from logmetrics.flows.keys import KEEP_KEYS_MIN_CHUNKS, kept_keys, start_cluster_keys
 from logmetrics.flows.side_steps import SideSteps
+from logmetrics.inputs.clusters import clusters_state, read_clusters
+from logmetrics.inputs.files import date_partition_column
+from logmetrics.inputs.footers import footer_days
+from logmetrics.inputs.markers import missing_ready_markers
+from logmetrics.inputs.scan import scan_served_logs
 from logmetrics.phases import Phases
 from logmetrics.schemas import CLUSTERS
 from logmetrics.synthetic import generate
-from logmetrics.tables import storage
 from logmetrics.tables.catalog import JOB_RUNS_TABLE, recent_commits, table_ref
-from logmetrics.tables.file_scan import scan_served_logs
-from logmetrics.tables.footers import footer_days
 from logmetrics.tables.keys_cache import FolderKeys
-from logmetrics.tables.sources import (
-    clusters_state,
-    date_partition_column,
-    missing_ready_markers,
-    read_clusters,
-)
 
 START = dt.date(2026, 5, 1)
 DAYS = [START + dt.timedelta(days=i) for i in range(3)]

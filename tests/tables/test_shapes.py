@@ -1,4 +1,4 @@
-"""Logs as they are (`tables.shapes`): the three shapes and a team's own names read into the
+"""Logs as they are (`inputs.shapes`): the three shapes and a team's own names read into the
 contract, and each bad input a one-line error naming the data's own column, before anything is
 computed. The shapes' numbers against the reference: tests/test_log_shapes.py."""
 
@@ -17,8 +17,9 @@ from pyspark.sql import SparkSession
 from logmetrics.cli import main
 from logmetrics.config import ServedLogsInput
 from logmetrics.errors import InputError
-from logmetrics.tables.shapes import LogShape, contract_plan
-from logmetrics.tables.sources import read_served_logs
+from logmetrics.inputs.layout import LogShape
+from logmetrics.inputs.served_logs import read_served_logs
+from logmetrics.inputs.shapes import contract_plan
 
 DAY = dt.date(2026, 11, 2)
 AT = dt.datetime(2026, 11, 2, 9, 14, tzinfo=dt.UTC)
@@ -245,7 +246,7 @@ def test_a_bad_input_is_one_line_naming_the_data_s_own_column(
 
 def test_a_json_mapping_names_what_the_lines_hold(logs: Path) -> None:
     """JSON lines carry no schema: a mapped name none of the first lines holds is named."""
-    from logmetrics.tables.shapes import check_json_names
+    from logmetrics.inputs.json_lines import check_json_names
 
     lines = [json.loads(line) for line in (logs / "ids" / "ubi.jsonl").read_text().splitlines()]
     shape = LogShape("ids", {**UBI, "results": "query_response_hits"})

@@ -13,15 +13,12 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
+from contract import SERVED_LOGS
 from logmetrics.config import ClustersInput, ServedLogsInput
 from logmetrics.errors import InputError
-from logmetrics.schemas import CLUSTERS, SERVED_LOGS
-from logmetrics.tables.sources import (
-    ClusterSnapshot,
-    clusters_state,
-    read_clusters,
-    read_served_logs,
-)
+from logmetrics.inputs.clusters import ClusterSnapshot, clusters_state, read_clusters
+from logmetrics.inputs.served_logs import read_served_logs
+from logmetrics.schemas import CLUSTERS
 
 DAY = dt.date(2026, 2, 1)
 ROWS = [

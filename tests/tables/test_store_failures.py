@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from benchmarks import s3_server
 
-from logmetrics.tables import storage
+from logmetrics import storage
 from storage_faults import HttpFaultProxy
 
 

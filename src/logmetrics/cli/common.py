@@ -43,10 +43,10 @@ def config_files(args: argparse.Namespace) -> list[str]:
 
 def command_config(args: argparse.Namespace) -> Config:
     """The command's config (`config_files`), the run's log file under its `spark.log_dir`,
-    and the S3 settings its paths are read with (`tables.storage`)."""
+    and the S3 settings its paths are read with (`storage`)."""
     config = load_config(config_files(args), args.set)
     logs.use_log_dir(config.spark.log_dir)
-    from logmetrics.tables import storage
+    from logmetrics import storage
 
     storage.configure(config.spark.conf)
     return config
@@ -55,7 +55,7 @@ def command_config(args: argparse.Namespace) -> Config:
 def spark_for(config: Config, days: int | None = None) -> SparkSession:
     """The process's session: local Spark starts with S3A when a configured path is on S3."""
     from logmetrics.session import get_spark
-    from logmetrics.tables.storage import is_s3
+    from logmetrics.storage import is_s3
 
     return get_spark(config.spark, days=days, s3=any(is_s3(p) for p in config.locations()))
 
@@ -72,8 +72,8 @@ def writing(spark: SparkSession, config: Config, args: argparse.Namespace) -> It
 
 def check_outputs_reachable(config: Config) -> None:
     """Before Spark starts: the store of the warehouse (and of the kept keys' folder) answers
-    this process's credentials and has its bucket (`tables.storage.check_reachable`)."""
-    from logmetrics.tables.storage import check_reachable
+    this process's credentials and has its bucket (`storage.check_reachable`)."""
+    from logmetrics.storage import check_reachable
 
     if config.output.warehouse is not None:
         check_reachable(config.output.warehouse, f"warehouse at {config.output.warehouse}")

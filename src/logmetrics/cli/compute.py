@@ -120,20 +120,23 @@ def _compute(
     before anything is computed (exit 5); days looked back on (`seen_only`) are skipped; a
     backfill computes the ready days, then exits 5 naming the others. The terminal gets the
     failing checks, collapsed across days, and a closing line."""
+    from logmetrics.inputs.damaged import scan_needs_spark, stop_on_corrupt
+    from logmetrics.inputs.files import check_inputs_exist
+    from logmetrics.inputs.json_lines import check_json_source
+    from logmetrics.inputs.markers import needs_spark_for_readiness
+
+    check_inputs_exist(config.inputs)
+    check_json_source(config.inputs.logs())  # a misspelt column of JSON lines: before Spark
+    check_outputs_reachable(config)
     from logmetrics.flows.backfill import (
         answer_without_spark,
         considered_days,
         run_range,
         scan_ahead,
-        stop_on_corrupt,
     )
     from logmetrics.phases import Phases
     from logmetrics.quality.gx_suite import warm_up
-    from logmetrics.tables.file_scan import scan_needs_spark
-    from logmetrics.tables.sources import check_inputs_exist, needs_spark_for_readiness
 
-    check_inputs_exist(config.inputs)
-    check_outputs_reachable(config)
     days = considered_days(start, end)
     remote = needs_spark_for_readiness(config.inputs.logs())
     not_ready = {} if remote else missing_markers(config, days)
@@ -146,7 +149,7 @@ def _compute(
     considered = considered_days(start, end, not_ready)
     ahead = not remote and not scan_needs_spark(config.inputs.logs())
     scanned = (scan_ahead(None, config, considered) if considered else []) if ahead else None
-    stop_on_corrupt(config, scanned or [], "nothing was computed")  # as the run would, later
+    stop_on_corrupt(config.inputs.logs(), scanned or [], "nothing was computed")  # as runs do
     answered = answer_without_spark(
         config,
         start,

@@ -26,8 +26,8 @@ def add_evaluate(commands: argparse._SubParsersAction) -> None:
 
 def evaluate_command(args: argparse.Namespace) -> int:
     from logmetrics.flows.evaluation import require_evaluation, run_evaluation
+    from logmetrics.inputs.files import check_evaluation_inputs_exist, check_path_exists
     from logmetrics.rules.evaluation import format_averages, format_comparison
-    from logmetrics.tables.sources import check_evaluation_inputs_exist, check_path_exists
 
     config = command_config(args)
     settings = require_evaluation(config)

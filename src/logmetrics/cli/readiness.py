@@ -1,6 +1,7 @@
 """`logmetrics ready`, and the not-ready answers `run` and `backfill` share: which days' logs
 have not all landed (a missing ready marker; without one, no file holding a row of the day),
-told from the file system and the Parquet footers before Spark starts where they can say."""
+told from the file system, the Parquet footers and the JSON lines' served_at text before Spark
+starts (and without PySpark installed) where they can say."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from logmetrics.errors import InputNotReady
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from logmetrics.flows.inputs import DayFiles
-    from logmetrics.tables.file_scan import CorruptInput
+    from logmetrics.inputs.damaged import CorruptInput
+    from logmetrics.inputs.days import DayFiles
 
 log = logging.getLogger("logmetrics")
 
@@ -36,27 +37,31 @@ def add_ready(commands: argparse._SubParsersAction) -> None:
 def ready_command(args: argparse.Namespace) -> int:
     day = args.date or yesterday()
     config = command_config(args)
-    from logmetrics.tables.sources import check_inputs_exist
+    from logmetrics.inputs.files import check_inputs_exist
+    from logmetrics.inputs.json_lines import check_json_source
 
+    source = config.inputs.logs()
     check_inputs_exist(config.inputs)
+    check_json_source(source)  # a misspelt column of JSON lines, said as a run would say it
     missing = missing_markers(config, [day])
     if missing:
         raise InputNotReady(not_ready_line(missing, "its logs have not all landed"))
-    if config.inputs.logs().ready_marker is not None:
+    if source.ready_marker is not None:
         print(f"{day}: ready")
         return 0
-    from logmetrics.flows.inputs import NO_LOG_FILES
+    from logmetrics.inputs.days import NO_LOG_FILES
 
     files, unreadable = _day_files(config, day)
-    if files.files == 0 and not unreadable and not config.inputs.logs().allow_empty_days:
+    if files.files == 0 and not unreadable and not source.allow_empty_days:
         raise InputNotReady(
             not_ready_line(
                 {day: NO_LOG_FILES}, "no ready marker is configured, so its files were judged"
             )
         )
-    rows = "" if not files.rows else f", {files.rows:,} rows in them by their footers"
+    counted = "of it in them" if files.by_lines else "in them by their footers"
+    rows = "" if not files.rows else f", {files.rows:,} rows {counted}"
     set_aside = (
-        f"; {len(unreadable)} file(s) that may hold rows of it cannot be read and go to the "
+        f"; {len(unreadable)} input(s) that may hold rows of it cannot be read and go to the "
         f"quarantine (inputs.served_logs.on_corrupt): {unreadable[0].describe()}"
         if unreadable
         else ""
@@ -69,22 +74,30 @@ def ready_command(args: argparse.Namespace) -> int:
 
 
 def _day_files(config: Config, day: dt.date) -> tuple[DayFiles, list[CorruptInput]]:
-    """The log files holding rows of `day`, and those that may but cannot be read: from the
-    Parquet footers without Spark where they can say, else by a narrow pass of a Spark
-    session. A file whose footer cannot place it is first judged by the damaged-file scan,
-    which reads footers too: an unreadable one stops here under `on_corrupt: fail` (`run`
-    would stop on it: waiting does not mend it), and is left out under `quarantine`."""
-    from logmetrics.flows.backfill import scan_ahead, stop_on_corrupt
-    from logmetrics.flows.inputs import day_files, footer_day_files
-    from logmetrics.tables.file_scan import scan_needs_spark
+    """The log files holding rows of `day`, and those (or the JSON lines) that may but cannot
+    be read. From the files alone, without Spark or PySpark, where they can say: Parquet
+    footers, JSON lines' served_at text; a line that does not parse stops here under
+    `on_corrupt: fail` (`run` would stop on it: waiting does not mend it) and is left out under
+    `quarantine`. Else by a narrow pass of a Spark session, a file whose footer cannot place it
+    first judged by the damaged-file scan."""
+    from logmetrics.inputs.damaged import scan_needs_spark, stop_on_corrupt
+    from logmetrics.inputs.days import footer_day_files, json_day_files
 
     source = config.inputs.logs()
+    stopping = "a run stops on it: replace or remove it"
     found = footer_day_files(source, day)
     if found is not None:
         return found, []
+    from_lines = json_day_files(source, day)
+    if from_lines is not None:
+        stop_on_corrupt(source, from_lines[1], stopping)
+        return from_lines
+    from logmetrics.flows.backfill import scan_ahead
+    from logmetrics.flows.inputs import day_files
+
     unreadable = [] if scan_needs_spark(source) else scan_ahead(None, config, [day])
     unreadable = [c for c in unreadable if c.days([day])]
-    stop_on_corrupt(config, unreadable, "a run stops on it: replace or remove it")
+    stop_on_corrupt(source, unreadable, stopping)
     skipped = [c.file for c in unreadable]
     found = footer_day_files(source, day, skip_files=skipped) if unreadable else None
     if found is None:
@@ -97,7 +110,7 @@ def missing_markers(
 ) -> dict[dt.date, str]:
     """The days whose ready marker is missing, each with why; a remote path starts (or uses)
     Spark to look."""
-    from logmetrics.tables.sources import missing_ready_markers, needs_spark_for_readiness
+    from logmetrics.inputs.markers import missing_ready_markers, needs_spark_for_readiness
 
     source = config.inputs.logs()
     if spark is None and needs_spark_for_readiness(source):
@@ -113,7 +126,7 @@ def without_files_by_footers(config: Config, days: Sequence[dt.date]) -> dict[dt
     source = config.inputs.logs()
     if source.ready_marker is not None or source.allow_empty_days:
         return {}
-    from logmetrics.flows.inputs import NO_LOG_FILES, footer_day_files
+    from logmetrics.inputs.days import NO_LOG_FILES, footer_day_files
 
     found = {day: footer_day_files(source, day) for day in days}
     return {d: NO_LOG_FILES for d, files in found.items() if files is not None and not files.files}

@@ -93,7 +93,7 @@ def maintain_command(args: argparse.Namespace) -> int:
 
 def views_command(args: argparse.Namespace) -> int:
     config = command_config(args)
-    from logmetrics.tables import storage
+    from logmetrics import storage
     from logmetrics.tables.catalog import OUTPUT_TABLES, apply_table_properties
     from logmetrics.tables.views import create_views, views_last, views_sql
 

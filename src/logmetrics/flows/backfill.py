@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from logmetrics import interrupt
+from logmetrics import interrupt, storage
 from logmetrics.config import Config
 from logmetrics.console import days_text, duration, say, span_text
-from logmetrics.errors import InputError, failure_line
+from logmetrics.errors import failure_line
 from logmetrics.flows import ledger
 from logmetrics.flows.calibration import (
     checked_calibration,
@@ -39,7 +39,7 @@ from logmetrics.flows.calibration import (
 )
 from logmetrics.flows.chunk import Chunk, DayResult, Writing, chunk_tables
 from logmetrics.flows.history import PublishedDaily, published_before
-from logmetrics.flows.inputs import NO_LOG_FILES, DayInputs, day_inputs, footer_day_inputs
+from logmetrics.flows.inputs import day_inputs
 from logmetrics.flows.keys import (
     HashCollision,
     first_plan,
@@ -50,20 +50,22 @@ from logmetrics.flows.keys import (
 )
 from logmetrics.flows.side_steps import SideSteps
 from logmetrics.flows.writes import RunWrites, run_position
-from logmetrics.phases import Phases
-from logmetrics.quality.policy import describe
-from logmetrics.session import broadcast_memory
-from logmetrics.tables import delta_rs, storage
-from logmetrics.tables.catalog import RunStamp
-from logmetrics.tables.file_scan import CorruptInput, scan_served_logs, undated_rows
-from logmetrics.tables.footers import footer_days
-from logmetrics.tables.sources import (
+from logmetrics.inputs.clusters import (
     ClusterSnapshot,
     clusters_state,
-    date_partition_column,
     parquet_listing_state,
     read_clusters,
 )
+from logmetrics.inputs.damaged import CorruptInput, stop_on_corrupt
+from logmetrics.inputs.days import NO_LOG_FILES, DayInputs, footer_day_inputs
+from logmetrics.inputs.files import date_partition_column
+from logmetrics.inputs.footers import footer_days
+from logmetrics.inputs.scan import scan_served_logs, undated_rows
+from logmetrics.phases import Phases
+from logmetrics.quality.policy import describe
+from logmetrics.session import broadcast_memory
+from logmetrics.tables import delta_rs
+from logmetrics.tables.catalog import RunStamp
 
 log = logging.getLogger(__name__)
 
@@ -595,7 +597,7 @@ def scan_ahead(
 ) -> list[CorruptInput]:
     """The log files (or JSON lines) of the `considered` days that cannot be read; an
     InputError for a file off the contract. Without a session where the logs need none
-    (`file_scan.scan_needs_spark`): the CLI runs it before Spark starts."""
+    (`inputs.damaged.scan_needs_spark`): the CLI runs it before Spark starts."""
     return scan_served_logs(spark, config.inputs.logs(), considered[0], considered[-1])
 
 
@@ -605,23 +607,11 @@ def _corrupt_inputs(
     """The unreadable log files (or JSON lines) `scan_ahead` found. With `on_corrupt: fail` the
     first one stops the run here, before anything is computed or published."""
     source = config.inputs.logs()
-    stop_on_corrupt(config, corrupt, "nothing was published")
+    stop_on_corrupt(source, corrupt, "nothing was published")
     for item in corrupt:
         log.warning("quarantined, its days fail readable_inputs: %s", item.describe())
     warn_undated(undated_rows(spark, source))
     return corrupt
-
-
-def stop_on_corrupt(config: Config, corrupt: Sequence[CorruptInput], consequence: str) -> None:
-    """With `on_corrupt: fail`, an InputError naming the first unreadable log file (or JSON
-    line) of `corrupt` and the `consequence`; nothing with `quarantine`."""
-    source = config.inputs.logs()
-    if corrupt and source.on_corrupt == "fail":
-        more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
-        raise InputError(
-            f"{source.described}: {corrupt[0].describe()}{more}; {consequence} "
-            "(inputs.served_logs.on_corrupt: quarantine computes the rest)"
-        )
 
 
 def warn_undated(rows: int) -> None:

@@ -15,10 +15,10 @@ from pyspark.sql import SparkSession
 from logmetrics.config import Config
 from logmetrics.console import span_text
 from logmetrics.errors import InputError
+from logmetrics.inputs.judged import read_calibration
 from logmetrics.rules.calibration import is_missing, problem, uncalibrated, version_key
 from logmetrics.schemas import DETECTOR_CALIBRATION, rows_frame
 from logmetrics.tables.catalog import DETECTOR_CALIBRATION_TABLE, RunStamp, replace_where
-from logmetrics.tables.sources import read_calibration
 
 log = logging.getLogger(__name__)
 

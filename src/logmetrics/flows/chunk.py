@@ -35,10 +35,12 @@ from logmetrics.config import Config
 from logmetrics.flows import ledger
 from logmetrics.flows.alerts import alerts_frame, announce, culprit_rows
 from logmetrics.flows.history import PublishedDaily
-from logmetrics.flows.inputs import DayInputs
 from logmetrics.flows.keys import ChunkKeys, ClusterKeys, KeysPlan, keys_for_chunk
 from logmetrics.flows.side_steps import SideSteps, wait_all
 from logmetrics.flows.writes import ChunkWrites
+from logmetrics.inputs.damaged import CorruptInput
+from logmetrics.inputs.days import DayInputs
+from logmetrics.inputs.served_logs import read_served_logs
 from logmetrics.phases import Phases
 from logmetrics.quality.facts import (
     day_facts,
@@ -80,8 +82,6 @@ from logmetrics.tables.catalog import (
     Table,
     by_query_table,
 )
-from logmetrics.tables.file_scan import CorruptInput
-from logmetrics.tables.sources import read_served_logs
 
 log = logging.getLogger(__name__)
 

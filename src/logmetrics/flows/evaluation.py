@@ -20,6 +20,8 @@ from pyspark.sql import functions as F
 
 from logmetrics.config import Config, EvaluationConfig, OutputConfig
 from logmetrics.errors import ConfigError, InputError
+from logmetrics.inputs.clusters import read_clusters
+from logmetrics.inputs.judged import read_judgments, read_run
 from logmetrics.rules.cluster_keys import cluster_keys
 from logmetrics.rules.evaluation import METRICS, compare_runs, evaluation_results, per_query_metrics
 from logmetrics.schemas import ALL_QUERIES
@@ -30,7 +32,6 @@ from logmetrics.tables.catalog import (
     replace_runs,
     with_run_stamp,
 )
-from logmetrics.tables.sources import read_clusters, read_judgments, read_run
 
 log = logging.getLogger(__name__)
 

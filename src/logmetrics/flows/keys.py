@@ -24,7 +24,7 @@ from typing import TypeVar
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 
-from logmetrics import __version__
+from logmetrics import __version__, storage
 from logmetrics.config import Config
 from logmetrics.errors import LogmetricsError
 from logmetrics.flows.side_steps import SideSteps
@@ -38,11 +38,9 @@ from logmetrics.rules.cluster_keys import (
     served_chunk_hashes,
 )
 from logmetrics.session import BroadcastMemory
-from logmetrics.tables import storage
+from logmetrics.storage import Place, absolute
 from logmetrics.tables.catalog import schema_name
-from logmetrics.tables.delta_paths import absolute
 from logmetrics.tables.keys_cache import FolderKeys, KeysStore, TableKeys
-from logmetrics.tables.storage import Place
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from logmetrics import __version__
 from logmetrics.config import Config, OutputConfig
-from logmetrics.flows.inputs import DayInputs
+from logmetrics.inputs.days import DayInputs
 from logmetrics.schemas import JOB_RUNS, rows_frame
 from logmetrics.tables import delta_rs
 from logmetrics.tables.catalog import (

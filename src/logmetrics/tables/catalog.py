@@ -27,10 +27,12 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import TypeVar
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
+from logmetrics import storage
 from logmetrics.config import OutputConfig
 from logmetrics.console import span_text
 from logmetrics.errors import InputError
@@ -50,8 +52,8 @@ from logmetrics.schemas import (
     REDUNDANCY_COST,
     by_query_schema,
 )
-from logmetrics.tables import delta_rs, storage
-from logmetrics.tables.delta_paths import delta_path_identifier, read_delta_path
+from logmetrics.storage import delta_path_identifier
+from logmetrics.tables import delta_rs
 from logmetrics.tables.lease import check_held
 
 log = logging.getLogger(__name__)
@@ -312,7 +314,7 @@ def _properties_sql(ref: TableRef) -> str:
 
 
 def _holds_delta_table(location: str) -> bool:
-    """Whether a path (local or S3: `tables.storage`) already holds a Delta table: its log has
+    """Whether a path (local or S3: `storage`) already holds a Delta table: its log has
     a commit or a checkpoint (old commits are cleaned up once a checkpoint covers them). False
     where it cannot be looked at directly (the caller runs its statement)."""
     where = storage.place(location)
@@ -759,3 +761,22 @@ def _retry_conflicts(action: Callable[[], T], what: str) -> T:
             log.warning("%s: concurrent writer, retrying in %.1fs (%d)", what, pause, attempt)
             time.sleep(pause)
     raise AssertionError("unreachable")
+
+
+def read_delta_path(spark: SparkSession, path: str) -> DataFrame | None:
+    """The Delta table at `path`, or None when there is none (yet). Resolved here, so the
+    answer is the same locally and over Spark Connect (where reads are lazy)."""
+    try:
+        df = spark.read.format("delta").load(path)
+        df.schema  # noqa: B018 - resolves the path: no Delta table there is an AnalysisException
+    except AnalysisException as exc:
+        if _NOT_A_DELTA_TABLE.search(str(exc)):
+            return None
+        raise
+    return df
+
+
+# DELTA_TABLE_NOT_FOUND: a `_delta_log` without a commit yet, while another run creates the table.
+_NOT_A_DELTA_TABLE = re.compile(
+    r"DELTA_MISSING_DELTA_TABLE|DELTA_TABLE_NOT_FOUND|PATH_NOT_FOUND|is not a Delta table"
+)

@@ -1,6 +1,6 @@
 """Delta tables read without Spark (delta-rs, the `deltalake` package of the `local` extra): the
 ledger's rows and a cluster table's version, for the answers a run gives before Spark starts
-(a day already done, a range with no ready day). Local paths and S3 (`tables.storage`'s
+(a day already done, a range with no ready day). Local paths and S3 (`storage`'s
 settings and the standard credential chain); on any other store, without `deltalake`, or
 when delta-rs cannot read a table, `None`: the caller starts Spark and asks it.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from logmetrics.tables import storage
+from logmetrics import storage
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ class NoReader(Exception):
 
 def storage_options(path: str) -> dict[str, str] | None:
     """delta-rs's options for a table at `path` (S3: the endpoint, path-style and region of
-    the command's config, `tables.storage`); None for a store with no reader here."""
+    the command's config, `storage`); None for a store with no reader here."""
     where = storage.place(path)
     if where is None:
         return None

@@ -3,7 +3,7 @@ check found, kept so that a run against an unchanged table reads them instead of
 again (docs/cluster-scale.md). Two homes, one contract:
 
 - **A folder** (`FolderKeys`): by default `<warehouse>/_cluster_keys`, on a local path or S3
-  (`tables.storage`). An entry is `<folder>/<identity>-s<salt>/<writer>/`: the keys as Parquet
+  (`storage`). An entry is `<folder>/<identity>-s<salt>/<writer>/`: the keys as Parquet
   files, then `_entry.json`, written last and whole (a local rename, one S3 PUT), with the
   check's verdict, the facts and every data file's name and size. An entry without it (a write
   in progress, a run that died), or whose files are not the ones it lists, is never read.
@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 
 from logmetrics.schemas import rows_frame
-from logmetrics.tables.storage import Place
+from logmetrics.storage import Place
 
 log = logging.getLogger(__name__)
 

@@ -31,9 +31,9 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from logmetrics import storage
 from logmetrics.config import OutputConfig
 from logmetrics.errors import LogmetricsError
-from logmetrics.tables import storage
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""A Delta table addressed by its path (`tables.delta_paths`)."""
+"""A Delta table addressed by its path (`tables.catalog.read_delta_path`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from logmetrics.tables.delta_paths import read_delta_path
+from logmetrics.tables.catalog import read_delta_path
 
 
 def test_no_table_until_its_first_commit(spark: SparkSession, tmp_path: Path) -> None:

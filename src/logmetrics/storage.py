@@ -1,4 +1,5 @@
-"""Where the inputs and tables live, read without Spark: a configured path's file system.
+"""Where the inputs and tables live, read without Spark: a configured path's file system, and
+how a path is named (local or remote, absolute, a Delta table's SQL identifier).
 
 A configured path is local (a plain path, or `file:`), on S3 (`s3a://bucket/key`, or `s3://`,
 which the local session maps to S3A), or on another store (`abfss://`, `gs://`, `dbfs:/`,
@@ -390,3 +391,27 @@ def mtime_text(info: pafs.FileInfo) -> str:
     text = moment.strftime("%Y-%m-%d %H:%M:%S")
     fraction = f"{millis % 1000:03d}".rstrip("0")
     return f"{text}.{fraction}" if fraction else text
+
+
+# --- how a path is named ------------------------------------------------------------------
+
+
+def local_path(path: str) -> str | None:
+    """The filesystem path for a local location, None for a remote one (s3://, dbfs:/, ...)."""
+    if path.startswith("file:"):
+        return re.sub(r"^file:(//)?", "", path)
+    return None if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path) else path
+
+
+def absolute(path: str) -> str:
+    """A local relative path made absolute (against this process's working directory); other
+    paths as they are."""
+    local = local_path(path)
+    return os.path.abspath(local) if local is not None and not os.path.isabs(local) else path
+
+
+def delta_path_identifier(path: str) -> str:
+    """The SQL identifier of the Delta table at `path`: delta.`path`, a local relative path made
+    absolute (Delta's SQL takes no relative path, unlike its DataFrame reader)."""
+    path = absolute(path)
+    return "delta.`" + path.replace("`", "``") + "`"

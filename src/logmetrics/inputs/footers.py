@@ -1,6 +1,6 @@
 """The days each Parquet log file holds rows of, read from its footer: the narrow pass's answer
 for a file without reading a row of it (`flows.inputs`). Local files and files on S3 are read
-alike (`tables.storage`: a footer is two small ranged reads on S3, read side by side); the
+alike (`storage`: a footer is two small ranged reads on S3, read side by side); the
 logs on a store logmetrics has no reader for are left to the narrow pass.
 
 A footer keeps, for every row group, the smallest and the largest `served_at` and how many are
@@ -26,9 +26,9 @@ from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from logmetrics import storage
 from logmetrics.config import ServedLogsInput
-from logmetrics.tables import storage
-from logmetrics.tables.sources import DataFile, data_files, date_partition_column, file_key
+from logmetrics.inputs.files import DataFile, data_files, date_partition_column, file_key
 
 _PER_DAY = {"milliseconds": 86_400_000, "microseconds": 86_400_000_000}
 _LEGACY_CALENDAR = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")

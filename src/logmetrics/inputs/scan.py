@@ -1,6 +1,6 @@
 """Corrupt and drifted served-log files, found once per run, before anything is computed.
 
-- **Parquet on a local path or S3** (`tables.storage`): every file of the date range has its
+- **Parquet on a local path or S3** (`storage`): every file of the date range has its
   footer read (pyarrow reads the footer only: about a millisecond a file locally, a round trip
   or two on S3, read side by side). A file whose footer cannot be read (truncated,
   not Parquet) is corrupt. A file whose schema breaks the contract (a rank stored as text, a
@@ -22,69 +22,26 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from logmetrics import storage
 from logmetrics.config import ServedLogsInput
 from logmetrics.errors import InputError
-from logmetrics.tables import storage
-from logmetrics.tables.footers import READERS
-from logmetrics.tables.shapes import LogShape, contract_plan, json_schema, quoted, to_contract
-from logmetrics.tables.sources import (
-    CORRUPT_RECORD,
-    DataFile,
-    data_files,
-    date_partition_column,
-    file_key,
-    first_line,
-    load_raw_served_logs,
-    widened,
-)
+from logmetrics.inputs.damaged import CORRUPT_LINE_SHOWN, CorruptInput, scan_needs_spark
+from logmetrics.inputs.files import DataFile, data_files, date_partition_column, file_key
+from logmetrics.inputs.footers import READERS
+from logmetrics.inputs.layout import LogShape
+from logmetrics.inputs.served_logs import CORRUPT_RECORD, first_line, load_raw_served_logs, widened
+from logmetrics.inputs.shapes import contract_plan, json_schema, quoted, to_contract
 
 MAX_CORRUPT_LINES = 10_000
 """More JSON lines than this that do not parse: the input is broken, not occasionally damaged,
 and the run fails whatever `on_corrupt` says."""
-
-_LINE_SHOWN = 500  # characters of a corrupt line kept in the quarantine and in errors
-
-
-@dataclass(frozen=True)
-class CorruptInput:
-    """A served-log file (or one line of a JSON file) that cannot be read."""
-
-    file: str
-    error: str
-    partition_date: dt.date | None  # the date of its date partition; None: any day of the run
-    line: str | None = None  # the line, for JSON; None: the whole file
-
-    @property
-    def reason(self) -> str:
-        return "corrupt_line" if self.line is not None else "corrupt_file"
-
-    def days(self, dates: Sequence[dt.date]) -> list[dt.date]:
-        """The days of `dates` whose numbers it may have belonged to."""
-        if self.partition_date is None:
-            return list(dates)
-        # A partition's rows may be served a day either side of its date (sources).
-        near = {self.partition_date + dt.timedelta(days=d) for d in (-1, 0, 1)}
-        return [d for d in dates if d in near]
-
-    def raw(self) -> str:
-        entry = {"file": self.file, "error": self.error}
-        if self.line is not None:
-            entry["line"] = self.line
-        return json.dumps(entry, ensure_ascii=False)
-
-    def describe(self) -> str:
-        what = "a line of " if self.line is not None else ""
-        shown = f": {self.line[:120]!r}" if self.line is not None else ""
-        return f"{what}{self.file} cannot be read ({self.error}){shown}"
 
 
 def scan_served_logs(
@@ -109,11 +66,6 @@ def scan_served_logs(
     if not root.is_dir():
         return []
     return _scan_parquet(source, root, start, end, what)
-
-
-def scan_needs_spark(source: ServedLogsInput) -> bool:
-    """Whether `scan_served_logs` needs a session for these logs (JSON lines do)."""
-    return source.data_format == "json" and not source.by_catalog
 
 
 def undated_rows(spark: SparkSession, source: ServedLogsInput) -> int:
@@ -229,7 +181,7 @@ def _scan_json(
         try:
             parsed = json.loads(row.line)
         except ValueError as exc:
-            line = row.line[:_LINE_SHOWN]
+            line = row.line[:CORRUPT_LINE_SHOWN]
             corrupt.append(CorruptInput(file, f"not JSON: {exc}", row.day, line))
             continue
         raise InputError(f"{what}: file {file}: {_json_problem(parsed, shape)}")
@@ -237,7 +189,7 @@ def _scan_json(
 
 
 def _json_problem(entry: Any, shape: LogShape) -> str:
-    """Which column of a JSON line breaks the contract, in the words of `tables.shapes` and the
+    """Which column of a JSON line breaks the contract, in the words of `inputs.shapes` and the
     data's own names."""
     if not isinstance(entry, dict):
         return f"a line is {type(entry).__name__}, not an object"

@@ -33,16 +33,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from logmetrics.config import ServedLogsInput
 from logmetrics.console import did_you_mean
 from logmetrics.errors import InputError
-from logmetrics.schemas import PARTITION_DATE, SERVED_AT_TEXT, SERVED_LOGS
-
-ENTRY_FIELDS = ("rank", "chunk_id", "tokens")
-"""The contract's fields of a result entry: columns of their own in the exploded shape."""
-
-REQUEST_COLUMNS = tuple(name for name in SERVED_LOGS.names if name != "results")
-"""The contract's columns of a request in every shape: request_id, served_at."""
+from logmetrics.inputs.layout import ENTRY_FIELDS, NESTED, LogShape, noun
+from logmetrics.schemas import PARTITION_DATE, SERVED_AT_TEXT
 
 ROW_ORDER = "_row_order"
 """The exploded shape's order of the rows as stored (file, then position in it): the position
@@ -51,53 +45,6 @@ of each result in its request's list, which breaks ties of rank (docs/inputs.md)
 Conversion = Callable[[Column], Column]
 """How a data column is read into the contract's column: a function of the column, so that it
 is chosen without a session."""
-
-
-@dataclass(frozen=True)
-class LogShape:
-    """How the served logs are stored: their shape and their names for the contract's."""
-
-    shape: str = "nested"
-    mapped: Mapping[str, str] | None = None  # contract name -> the data's, as configured
-
-    @classmethod
-    def of(cls, source: ServedLogsInput) -> LogShape:
-        return cls(source.shape, source.columns.mapped())
-
-    def name(self, contract: str) -> str:
-        """The data's name of a contract column or entry field."""
-        return (self.mapped or {}).get(contract, contract)
-
-    def is_mapped(self, contract: str) -> bool:
-        return contract in (self.mapped or {})
-
-    @property
-    def exploded(self) -> bool:
-        return self.shape == "exploded"
-
-    def label(self, contract: str) -> str:
-        """The data's own name for a contract column, or entry field (`results.rank`), as a
-        message shows it: `hits.pos` nested, `pos` exploded, `hits` (its elements) for ids."""
-        head, _, field = contract.partition(".")
-        if not field:
-            return self.name(head)
-        if self.exploded:
-            return self.name(field)
-        if self.shape == "ids":
-            return self.name("results")
-        return f"{self.name('results')}.{self.name(field)}"
-
-    def read_columns(self) -> tuple[str, ...]:
-        """The contract's names of the top-level columns this shape reads."""
-        listed = ENTRY_FIELDS if self.exploded else ("results",)
-        return (*REQUEST_COLUMNS, *listed)
-
-    def data_columns(self) -> set[str]:
-        """The data's names of the columns the contract is read from."""
-        return {self.name(c) for c in self.read_columns()}
-
-
-NESTED = LogShape()
 
 
 @dataclass(frozen=True)
@@ -232,40 +179,6 @@ def json_schema(shape: LogShape) -> StructType:
     return StructType([*head, StructField(shape.name("results"), ArrayType(element))])
 
 
-JSON_SAMPLE_LINES = 100
-"""JSON lines looked at for the mapped names (`check_json_names`): a name in none of them is
-taken for a misspelling."""
-
-
-def check_json_names(sample: Sequence[Mapping[str, object]], what: str, shape: LogShape) -> None:
-    """JSON lines carry no schema: a mapped name (`inputs.served_logs.columns`) that none of the
-    first lines holds (as a key, or as a key of the entries of a nested list) is an InputError
-    naming it and the nearest name they hold."""
-    if not sample:
-        return
-    keys = {key for line in sample for key in line}
-    for contract in shape.read_columns():
-        own = shape.name(contract)
-        if shape.is_mapped(contract) and own not in keys:
-            raise InputError(
-                f"columns.{contract}: no column {own!r} in the {_noun(what)}"
-                f"{did_you_mean(own, sorted(keys))}"
-            )
-    if shape.shape != "nested":
-        return
-    lists = [line.get(shape.name("results")) for line in sample]
-    entries = [e for value in lists if isinstance(value, list) for e in value]
-    fields = {key for e in entries if isinstance(e, dict) for key in e}
-    for name in ("rank", "chunk_id", "tokens"):
-        own = shape.name(name)
-        if fields and shape.is_mapped(name) and own not in fields:
-            raise InputError(
-                f"columns.{name}: no field {own!r} in the entries of "
-                f"{shape.name('results')!r} in the {_noun(what)}"
-                f"{did_you_mean(own, sorted(fields))}"
-            )
-
-
 # --- what the data holds, named as the data names it --------------------------------------
 
 
@@ -278,20 +191,12 @@ def _column(fields: Mapping[str, DataType], contract: str, what: str, shape: Log
     hint = _shape_hint(fields, contract, shape)
     if shape.is_mapped(contract):
         raise InputError(
-            f"columns.{contract}: no column {name!r} in the {_noun(what)}"
+            f"columns.{contract}: no column {name!r} in the {noun(what)}"
             f"{did_you_mean(name, found)}{hint}"
         )
     raise InputError(
         f"{what}: required column {name!r} is missing (found: {', '.join(found) or 'none'}){hint}"
     )
-
-
-def _noun(what: str) -> str:
-    """`served logs` of `served logs at /path`."""
-    for noun in ("served logs", "cluster table"):
-        if what.startswith(noun):
-            return noun
-    return what
 
 
 def _shape_hint(fields: Mapping[str, DataType], contract: str, shape: LogShape) -> str:
@@ -379,7 +284,7 @@ def _nested_entry(data_type: DataType, what: str, shape: LogShape) -> StructType
         elif shape.is_mapped(name):
             raise InputError(
                 f"columns.{name}: no field {own!r} in the entries of {label!r} in the "
-                f"{_noun(what)}{did_you_mean(own, list(entry))}"
+                f"{noun(what)}{did_you_mean(own, list(entry))}"
             )
         elif name != "tokens":
             raise InputError(f"{what}: column {label!r} has no field {own!r} in its entries")
