@@ -91,6 +91,15 @@ def test_invalid_values_name_the_key(config_file: Path, overrides: list[str], me
     assert "\n" not in text
 
 
+def test_the_config_knows_the_by_query_columns_without_spark() -> None:
+    """The segment names the config refuses are unique_clusters_by_query's own columns,
+    written out in config.py so that it loads where PySpark is not installed."""
+    from logmetrics import config
+    from logmetrics.schemas import BY_QUERY
+
+    assert config._BY_QUERY_COLUMNS == {n.lower() for n in BY_QUERY.fieldNames()}
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

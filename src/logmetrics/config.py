@@ -29,13 +29,26 @@ from pydantic import (
 from logmetrics.console import did_you_mean
 from logmetrics.errors import ConfigError
 from logmetrics.redaction import REDACTED, looks_secret
-from logmetrics.schemas import BY_QUERY
 
 _COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROPERTY_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _RESERVED_COLUMNS = {"request_id", "served_at", "results", "metric_date"}
 _LIST_LEVEL = {"request_id", "served_at", "results"}  # columns in every shape, not fields
-_BY_QUERY_COLUMNS = {name.lower() for name in BY_QUERY.fieldNames()}
+_BY_QUERY_COLUMNS = {
+    "metric_date",
+    "request_id",
+    "served_at",
+    "k",
+    "unique_clusters",
+    "results",
+    "missing_cluster_results",
+    "cluster_table_version",
+    "run_id",
+    "computed_at",
+}
+"""unique_clusters_by_query's own columns (`schemas.BY_QUERY`), which a segment column may not
+be named like: written out, so that the config loads where PySpark is not installed
+(`logmetrics ready` on an Airflow worker; tests/test_config.py holds them equal)."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SPARK_KEY = re.compile(r"^[^\s=]+$")
 

@@ -50,23 +50,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("logmetrics: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in SPARK_MODULES:
+            raise
+        log.info("no %s here", exc.name, exc_info=exc)  # the trace, in the log
+        print(f"logmetrics: error: {no_spark_line(exc.name or 'pyspark')}", file=sys.stderr)
+        return 1
     except Exception as exc:  # an unexpected failure: one line here, the details in the log
-        from py4j.protocol import Py4JError
-        from pyspark.errors import PySparkException
-
-        from logmetrics.tables.storage import store_failure
+        from logmetrics.storage import store_failure
 
         stopped_by = store_failure(exc)  # an S3 store that failed (S3A's or a direct read)
         if stopped_by is not None:
             log.info("the store failed: %s", stopped_by, exc_info=exc)  # the trace, in the log
             print(f"logmetrics: error: {stopped_by}", file=sys.stderr)
             return 1
+        if "pyspark" not in sys.modules:  # no Spark ran: not Spark's failure
+            raise
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+
         if isinstance(exc, PySparkException | Py4JError):
             line = failure_line(exc)
             log.info("Spark failed: %s", line, exc_info=exc)  # the trace, in the run's log
             print(f"logmetrics: error: Spark failed: {line}", file=sys.stderr)
             return 1
         raise
+
+
+SPARK_MODULES = ("pyspark", "py4j", "delta")
+"""What the wheel leaves to the runtime (a cluster's Spark, or the `local` extra): a command that
+needs one of them where it is missing says what to install, in one line."""
+
+
+def no_spark_line(module: str) -> str:
+    """The one line for a command that needs Spark where PySpark (or Delta's Python package,
+    `module`) is not installed: what to install, or how else to run it."""
+    return (
+        f"this command needs Spark, and {module} is not installed for {sys.executable}: install "
+        "logmetrics with its local extra (pip install 'logmetrics[local]' brings PySpark and "
+        "Delta), or run the command through your cluster's spark-submit; `logmetrics ready` "
+        "on a local or S3 path needs neither"
+    )
 
 
 def _run_command(args: argparse.Namespace) -> int:

@@ -132,9 +132,11 @@ def setup_logging(level: str, log_format: str, run_id: str) -> None:
     for noisy in ("py4j", "great_expectations"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # PySpark logs every analysis error with its whole JVM stack trace to stderr; we report the
-    # error ourselves, in one line.
-    from pyspark.logger import PySparkLogger
-
+    # error ourselves, in one line. (A worker that only asks `ready` may have no PySpark.)
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:
+        return
     for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
