@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -282,3 +283,79 @@ def test_a_spark_task_that_fails_is_one_line_with_its_root_cause_and_the_trace_i
     assert "Traceback (most recent call last)" in trace and "Py4JJavaError" in trace
     failed = [(d, e) for d, status, e, _ in _ledger(spark, tmp_path) if status == "failed"]
     assert failed == [(START + dt.timedelta(days=i), error) for i in range(DAYS)]
+
+
+def test_a_stop_before_the_started_rows_says_no_day_began(
+    spark: SparkSession,
+    data: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A Ctrl-C after `computing` but before the run's `started` rows commit: no table and no
+    ledger row is written, and the line says no day began (it named the days `not published`
+    while job_runs stayed empty). The suite's session, there before the run, is left running."""
+    import signal
+
+    from logmetrics import interrupt
+    from logmetrics.flows import ledger
+
+    real = ledger.record
+
+    def signalled_first(*args: object, **kwargs: object) -> None:
+        if interrupt._command is not None:  # the signal arrives as the commit is about to begin
+            interrupt._command.signum = signal.SIGINT
+        real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ledger, "record", signalled_first)
+    config = str(_config(data, tmp_path))
+    argv = [
+        "backfill",
+        "--config",
+        config,
+        "--start",
+        str(START),
+        "--end",
+        str(START + dt.timedelta(days=1)),
+    ]
+    assert main(argv) == 130
+    captured = capsys.readouterr()
+    assert f"computing {START}, {START + dt.timedelta(days=1)}: k in 5, 10" in captured.out
+    assert captured.err.splitlines()[-1] == (
+        f"logmetrics: interrupted (SIGINT): no day began ({START}, "
+        f"{START + dt.timedelta(days=1)}); run again to resume"
+    )
+    assert not list((tmp_path / "wh").glob("*/_delta_log/*.json"))  # no table, no ledger row
+
+
+def test_progress_lines_keep_the_days_in_order(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A chunk's tables are written while the next chunk computes; the progress lines said in
+    that time name the chunk being written, never the next one before the first is said
+    published (the first chunk's writes held back here, so lines fall in that time)."""
+    from logmetrics.flows import backfill, chunk
+
+    monkeypatch.setattr(backfill, "PROGRESS_SECONDS", 0.0)
+    real = chunk.Writing.finish
+    held: list[bool] = []
+
+    def slow_first(self: chunk.Writing) -> object:
+        if not held:
+            held.append(True)
+            time.sleep(4)
+        return real(self)
+
+    monkeypatch.setattr(chunk.Writing, "finish", slow_first)
+    config = _config(data, tmp_path)
+    config.write_text(config.read_text() + "backfill: {days_per_chunk: 1}\n")
+    second = START + dt.timedelta(days=1)
+    argv = ["backfill", "--config", str(config), "--start", str(START), "--end", str(second)]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    first_said = next(
+        i for i, line in enumerate(lines) if line.startswith(f"{START}: 1 day(s) published")
+    )
+    progress = [(i, line) for i, line in enumerate(lines) if line.startswith("  ")]
+    assert any(line.startswith(f"  {START}: ") for i, line in progress if i < first_said), lines
+    assert not [line for i, line in progress if i < first_said and str(second) in line], lines

@@ -272,11 +272,12 @@ def _run_days(
                 spark, config, stamp, unfinished, inputs, reasons, ledger.FAILED, exc
             )
             raise
-        if started.exception() is None:  # the run began its days: the ledger says it stopped
-            with interrupt.recording():
-                _record_unfinished(
-                    spark, config, stamp, unfinished, inputs, reasons, ledger.INTERRUPTED, exc
-                )
+        if started.exception() is not None:  # stopped before its `started` rows: nothing begun
+            raise interrupt.Interrupted(signum, f"no day began ({days_text(dates)})") from None
+        with interrupt.recording():  # the run began its days: the ledger says it stopped
+            _record_unfinished(
+                spark, config, stamp, unfinished, inputs, reasons, ledger.INTERRUPTED, exc
+            )
         raise interrupt.Interrupted(signum, interrupt.not_published(unfinished)) from None
     if calibration is not None:
         warn_uncalibrated(config, calibration, clusters.version, dates)
@@ -409,7 +410,7 @@ def _compute_days(
     )
     began = time.monotonic()
     keys = start_cluster_keys(clusters.df, 0, side, kept)
-    with Progress(phases) as progress:
+    with Progress(phases, every=PROGRESS_SECONDS) as progress:
         # A chunk's tables are written while the next chunk is computed (its main pass keeps
         # both cores busy while the commits wait on the driver); the writes of two chunks never
         # overlap, and each chunk's `published` ledger rows follow its own commits.
@@ -436,7 +437,7 @@ def _compute_days(
                         f"this one (its own rows of {them} deleted)",
                         left=len(done.left),
                     )
-                progress.said()
+                progress.written()
 
         try:
             for chunk_dates in date_chunks(dates, config.backfill.days_per_chunk):
@@ -680,15 +681,17 @@ not hundreds."""
 
 
 class Progress:
-    """A line on the terminal while a chunk computes: which chunk, which of its phases is
-    running, how long since it began; every PROGRESS_SECONDS since the last line said."""
+    """A line on the terminal while chunks compute and write: the oldest chunk not yet said to be
+    written (a chunk's writes overlap the next chunk's main pass, so its lines come first and
+    the days keep their order), which of the run's phases are running, how long since that
+    chunk began; every PROGRESS_SECONDS since the last line said."""
 
     def __init__(self, phases: Phases, every: float = PROGRESS_SECONDS) -> None:
         self._phases = phases
         self._every = every
         self._lock = threading.Lock()
-        self._label: str | None = None
-        self._began = self._last = time.monotonic()
+        self._chunks: list[tuple[str, float]] = []  # (label, began), oldest first
+        self._last = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
 
@@ -701,24 +704,29 @@ class Progress:
         self._thread.join()
 
     def now(self, label: str, began: float) -> None:
-        """The chunk being computed from now on."""
+        """A chunk begins to compute."""
         with self._lock:
-            self._label, self._began = label, began
+            self._chunks.append((label, began))
 
-    def said(self) -> None:
-        """A line was just said: the next progress line waits its full interval."""
+    def written(self) -> None:
+        """The oldest chunk was said to be written: the lines go on with the next, after their
+        full interval."""
         with self._lock:
+            if self._chunks:
+                self._chunks.pop(0)
             self._last = time.monotonic()
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):
             with self._lock:
+                if not self._chunks:
+                    continue
+                label, began = self._chunks[0]
                 now = time.monotonic()
-                elapsed = now - self._began
-                if self._label is None or now - self._last < max(self._every, elapsed / 2):
+                elapsed = now - began
+                if now - self._last < max(self._every, elapsed / 2):
                     continue
                 self._last = now
-                label = self._label
             running = self._phases.running()[-2:]
             doing = "; ".join(running) if running else "computing"
             say(log, f"  {label}: {doing}, {duration(elapsed)}", progress=label)
