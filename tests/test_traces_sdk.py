@@ -87,6 +87,8 @@ def _stored_forms(traces: traces_sdk.Traces) -> dict[str, Any]:
         "otlp": (traces_reference.requests_from_otlp_lines, traces.otlp_lines()),
         "otlp-batched": (traces_reference.requests_from_otlp_lines, traces.otlp_lines("sdk", 8)),
     }
+    if traces.convention == "openinference":
+        forms["rows-list"] = (traces_reference.requests_from_spans, traces.rows("sdk", "list"))
     if traces.convention == "mlflow":
         forms["rows-mlflow"] = (traces_reference.requests_from_spans, traces.rows("mlflow"))
         forms["otlp-mlflow"] = (

@@ -209,18 +209,26 @@ class Traces:
         """OTLP/JSON lines as the Collector's file exporter writes them (one request a line)."""
         return [otlp_json(r) for r in self.export_requests(encoding, traces_per_request)]
 
-    def rows(self, encoding: str = "sdk") -> list[dict[str, Any]]:
+    def rows(self, encoding: str = "sdk", documents: str = "flattened") -> list[dict[str, Any]]:
         """One row per span delivered (a redelivered span twice), in `SPANS_DDL`'s columns.
 
         Attribute values as text: a string as it is (with encoding "sdk", MLflow's own
         JSON-encoded values, e.g. '"RETRIEVER"'; with "mlflow", MLflow's decoded values, e.g.
-        'RETRIEVER'), any other value as compact JSON (numbers, lists, key-value lists)."""
+        'RETRIEVER'), any other value as compact JSON (numbers, lists, key-value lists).
+        documents "list" (OpenInference): a retriever's `retrieval.documents.N.<field>` keys as
+        one `retrieval.documents` attribute, a JSON list of {<field>: value} in N's order, as
+        Arize Phoenix hands spans out."""
+        if documents not in ("flattened", "list"):
+            raise ValueError(documents)
         out = []
         for request in self.export_requests(encoding):
             for resource_spans in request.resource_spans:
                 for scope_spans in resource_spans.scope_spans:
                     for span in scope_spans.spans:
-                        out.append(_row(resource_spans, scope_spans, span))
+                        row = _row(resource_spans, scope_spans, span)
+                        if documents == "list":
+                            row["attributes"] = _documents_as_list(span.attributes)
+                        out.append(row)
         return out
 
 
@@ -679,6 +687,22 @@ def _as_text(value: AnyValue) -> str | None:
 
 def _attribute_map(attributes: Iterable[Any]) -> dict[str, str | None]:
     return {kv.key: _as_text(kv.value) for kv in attributes}
+
+
+def _documents_as_list(attributes: Iterable[Any]) -> dict[str, str | None]:
+    """The attribute map with `retrieval.documents.N.<field>` gathered into one list."""
+    out: dict[str, str | None] = {}
+    documents: dict[int, dict[str, Any]] = {}
+    for kv in attributes:
+        parts = kv.key.split(".", 3)
+        if kv.key.startswith("retrieval.documents.") and len(parts) == 4 and parts[2].isdigit():
+            documents.setdefault(int(parts[2]), {})[parts[3]] = _decoded(kv.value)
+        else:
+            out[kv.key] = _as_text(kv.value)
+    if documents:
+        listed = [documents[n] for n in sorted(documents)]
+        out["retrieval.documents"] = json.dumps(listed, separators=(",", ":"), ensure_ascii=False)
+    return out
 
 
 def _row(resource_spans: Any, scope_spans: Any, span: Any) -> dict[str, Any]:
