@@ -31,6 +31,7 @@ from logmetrics.errors import ConfigError
 from logmetrics.redaction import REDACTED, looks_secret
 
 _COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SEGMENT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _PROPERTY_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _RESERVED_COLUMNS = {"request_id", "served_at", "results", "metric_date"}
 _LIST_LEVEL = {"request_id", "served_at", "results"}  # columns in every shape, not fields
@@ -113,10 +114,64 @@ class LogColumns(_Section):
     tokens: Text | None = _mapped(
         "tokens", "an optional field or column: the result's prompt tokens"
     )
+    span_id: Text | None = _mapped("span_id", "spans shape: the span's id, the request's id")
+    trace_id: Text | None = _mapped("trace_id", "spans shape: the trace's id")
+    name: Text | None = _mapped("name", "spans shape: the span's name")
+    start_time_unix_nano: Text | None = _mapped(
+        "start_time_unix_nano", "spans shape: when the span began, the request's served_at"
+    )
+    attributes: Text | None = _mapped("attributes", "spans shape: the span's attributes")
+    resource: Text | None = _mapped(
+        "resource", "spans shape: the resource, or its attributes (service.name, ...)"
+    )
 
     def mapped(self) -> dict[str, str]:
         """{contract name: the data's name} for the names given."""
         return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+SPAN_COLUMNS = ("span_id", "trace_id", "name", "start_time_unix_nano", "attributes", "resource")
+"""The span columns a spans table is read from (OpenTelemetry's names), mappable in `columns`."""
+SPAN_CHUNK_ID = {"mlflow": "id", "openinference": "document.id"}
+"""Where a retrieval span's document holds its chunk id, by convention, unless
+`inputs.served_logs.spans.chunk_id` says otherwise."""
+_DOTTED_PATH = re.compile(r"^[A-Za-z0-9_$@-]+(\.[A-Za-z0-9_$@-]+)*$")
+
+
+class SpansConfig(_Section):
+    """How retrieval spans are read as served requests (`shape: spans`; docs/inputs.md,
+    "Traces")."""
+
+    convention: Literal["mlflow", "openinference"] = Field(
+        default="mlflow",
+        description=(
+            "mlflow: a retrieval span has mlflow.spanType RETRIEVER, its documents are "
+            "mlflow.spanOutputs; openinference: openinference.span.kind RETRIEVER, its "
+            "documents retrieval.documents.N.document.* (or a list under retrieval.documents)."
+        ),
+    )
+    chunk_id: Text | None = Field(
+        default=None,
+        description=(
+            "The dotted path in a document that holds the chunk id (id, metadata.chunk_id, "
+            "metadata.doc_uri); null: id (mlflow) or document.id (openinference)."
+        ),
+    )
+    tokens: Text | None = Field(
+        default=None,
+        description="The dotted path in a document that holds its prompt tokens, if any.",
+    )
+
+    @field_validator("chunk_id", "tokens")
+    @classmethod
+    def _a_dotted_path(cls, value: str | None) -> str | None:
+        if value is not None and not _DOTTED_PATH.match(value):
+            raise ValueError("must be a dotted path of field names, e.g. metadata.chunk_id")
+        return value
+
+    def chunk_id_path(self) -> str:
+        """The path of the chunk id in a document: `chunk_id`, or the convention's own."""
+        return self.chunk_id or SPAN_CHUNK_ID[self.convention]
 
 
 class ClusterColumns(_Section):
@@ -177,18 +232,25 @@ class _TableInput(_Section):
 class ServedLogsInput(_TableInput):
     """The served top-k logs: one row per served request (or per result: `shape`)."""
 
-    format: Literal["parquet", "delta", "json"] = Field(
+    format: Literal["parquet", "delta", "json", "otlp"] = Field(
         default="parquet",
-        description="parquet (any layout), delta, or json (JSON lines); a `table` is read as "
-        "its catalog says.",
+        description="parquet (any layout), delta, json (JSON lines), or otlp (OTLP/JSON lines "
+        "as an OpenTelemetry Collector's file exporter writes them, with `shape: spans`); a "
+        "`table` is read as its catalog says.",
     )
-    shape: Literal["nested", "ids", "exploded"] = Field(
+    shape: Literal["nested", "ids", "exploded", "spans"] = Field(
         default="nested",
         description=(
             "How the results are stored: nested (a list of {rank, chunk_id} entries), ids (a "
             "list of chunk ids in rank order, rank = position), exploded (one row per result, "
-            "the rows of one request_id and served_at one served copy): docs/inputs.md."
+            "the rows of one request_id and served_at one served copy), spans (one row per "
+            "trace span; a retrieval span is a request: `spans`): docs/inputs.md."
         ),
+    )
+    spans: SpansConfig = Field(
+        default=SpansConfig(),
+        description="With `shape: spans`: which spans are retrievals, where their documents "
+        'hold the chunk id (docs/inputs.md, "Traces").',
     )
     columns: LogColumns = Field(
         default=LogColumns(),
@@ -238,6 +300,26 @@ class ServedLogsInput(_TableInput):
         if value is not None and (not value or "/" in value or value in {".", ".."}):
             raise ValueError("must be a file name, without '/'")
         return value
+
+    @model_validator(mode="after")
+    def _spans_as_spans(self) -> ServedLogsInput:
+        if self.format == "otlp" and self.shape != "spans":
+            raise ValueError("format otlp holds trace spans: set `shape: spans`")
+        if self.format == "otlp" and self.path is None:
+            raise ValueError("format otlp is read from a `path` of OTLP/JSON files")
+        mapped = set(self.columns.mapped())
+        if self.shape == "spans":
+            request = sorted(mapped - set(SPAN_COLUMNS))
+            if request:
+                raise ValueError(
+                    f"columns.{request[0]}: a spans table's request is its retrieval span; map "
+                    f"its span columns ({', '.join(SPAN_COLUMNS)})"
+                )
+        else:
+            spans = sorted(mapped & set(SPAN_COLUMNS))
+            if spans:
+                raise ValueError(f"columns.{spans[0]} is a span column, read by `shape: spans`")
+        return self
 
     @model_validator(mode="after")
     def _marker_on_a_path(self) -> ServedLogsInput:
@@ -414,7 +496,7 @@ class MetricsConfig(_Section):
     @classmethod
     def _segment_columns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for name in value:
-            if not _COLUMN_NAME.match(name):
+            if not _SEGMENT_NAME.match(name):
                 raise ValueError(f"{name!r} is not a column name")
             if name in _RESERVED_COLUMNS:
                 raise ValueError(f"{name!r} is a column of the logs contract, not a segment")
@@ -814,6 +896,8 @@ class Config(_Section):
         if logs is None:
             return self
         read = {data: name for name, data in logs.columns.mapped().items()}
+        if logs.shape == "spans":  # segments are attributes, the resource's or the span's name
+            return self
         for name in self.metrics.segment_by:
             contract = read.get(name)
             if contract is not None and (logs.shape == "exploded" or contract in _LIST_LEVEL):
@@ -854,6 +938,10 @@ class Config(_Section):
             for key, default in keys.items():
                 if section.get(key, default) == default:
                     section.pop(key, None)
+        columns = (relevant["inputs"].get("served_logs") or {}).get("columns") or {}
+        for key in SPAN_COLUMNS:  # added with the spans shape: counted when mapped
+            if columns.get(key, None) is None:
+                columns.pop(key, None)
         blob = json.dumps(relevant, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -863,6 +951,7 @@ _LATER_INPUT_KEYS: dict[str, dict[str, Any]] = {
         "table": None,
         "shape": "nested",
         "columns": LogColumns().model_dump(mode="json"),
+        "spans": SpansConfig().model_dump(mode="json"),
     },
     "clusters": {"table": None, "columns": ClusterColumns().model_dump(mode="json")},
 }

@@ -61,6 +61,7 @@ from logmetrics.inputs.days import NO_LOG_FILES, DayInputs, footer_day_inputs
 from logmetrics.inputs.files import date_partition_column
 from logmetrics.inputs.footers import footer_days
 from logmetrics.inputs.scan import scan_served_logs, undated_rows
+from logmetrics.inputs.served_logs import check_retrieval_spans
 from logmetrics.phases import Phases
 from logmetrics.quality.policy import describe
 from logmetrics.session import broadcast_memory
@@ -148,6 +149,10 @@ def run_range(
             if scanned is None:
                 scanned = scan_ahead(spark, config, considered)
             corrupt = _corrupt_inputs(spark, config, scanned)
+            unreadable = [c.file for c in corrupt if c.line is None]
+            first, last = considered[0], considered[-1]
+            # Spans: the convention and the chunk-id path, judged on a sample, before any day
+            check_retrieval_spans(spark, config.inputs.logs(), first, last, unreadable)
     if not considered:
         with phases.timed("inputs"):
             clusters = read_clusters(spark, config.inputs.clusters)

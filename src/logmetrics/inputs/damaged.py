@@ -6,6 +6,7 @@ what `inputs.served_logs.on_corrupt` does with them: `fail` stops the command na
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,8 +52,23 @@ class CorruptInput:
 
 
 def scan_needs_spark(source: ServedLogsInput) -> bool:
-    """Whether `scan_served_logs` needs a session for these logs (JSON lines do)."""
-    return source.data_format == "json" and not source.by_catalog
+    """Whether `scan_served_logs` needs a session for these logs (JSON lines, OTLP's too)."""
+    return source.data_format in ("json", "otlp") and not source.by_catalog
+
+
+def redacted(line: str) -> str:
+    """A line of spans that cannot be read, as the quarantine and the messages keep it: its hash
+    and length, never its text (spans hold what users asked and what documents say)."""
+    digest = hashlib.sha256(line.encode("utf-8", errors="replace")).hexdigest()[:16]
+    return f"sha256 {digest}, {len(line)} characters"
+
+
+def not_otlp(what: str, file: str) -> str:
+    """The line for a file under `format: otlp` that holds no OTLP/JSON export."""
+    return (
+        f"{what}: file {file} is not OTLP/JSON: each line must be an ExportTraceServiceRequest "
+        '({"resourceSpans": [...]}), as an OpenTelemetry Collector\'s file exporter writes it'
+    )
 
 
 def stop_on_corrupt(

@@ -31,6 +31,7 @@ from logmetrics.config import ServedLogsInput
 from logmetrics.inputs.files import DataFile, data_files, date_partition_column, file_key
 
 _PER_DAY = {"milliseconds": 86_400_000, "microseconds": 86_400_000_000}
+_NANOS_PER_DAY = 86_400_000_000_000
 _LEGACY_CALENDAR = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")
 _PLAIN_PATH = re.compile(r"^/?[A-Za-z0-9/._=+,~-]*$")  # nothing Hadoop's URI would escape
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -67,9 +68,14 @@ def footer_days(
     skipped = {file_key(f) for f in skip_files}
     lo, hi = start - dt.timedelta(days=1), end + dt.timedelta(days=1)  # the reader's margin
     files = [f for f in data_files(root, partition, lo, hi) if file_key(f.path) not in skipped]
-    served_at = source.columns.served_at or "served_at"
+    spans = source.shape == "spans"
+    names = source.columns
+    time = (names.start_time_unix_nano or "start_time_unix_nano") if spans else names.served_at
+    served_at = time or "served_at"
     with ThreadPoolExecutor(READERS) as pool:
-        placements = list(pool.map(lambda f: _days(f, partition is not None, served_at), files))
+        placements = list(
+            pool.map(lambda f: _days(f, partition is not None, served_at, spans), files)
+        )
     found = FooterDays()
     for file, placed in zip(files, placements, strict=True):
         state = _file_state(file) if placed is not None else None
@@ -86,11 +92,11 @@ def footer_days(
 
 
 def _days(
-    file: DataFile, partitioned: bool, served_at: str
+    file: DataFile, partitioned: bool, served_at: str, nanos: bool = False
 ) -> tuple[set[dt.date], int, int] | None:
     """The UTC days of the file's served_at values (the column of that name: null ones on its
-    partition's day), its rows and its null served_at values, or None when the footer cannot
-    say for certain."""
+    partition's day; with `nanos`, a span's start: an INT64 of nanoseconds since the epoch), its
+    rows and its null served_at values, or None when the footer cannot say for certain."""
     import pyarrow.parquet as pq
 
     partition_day = file.day
@@ -111,6 +117,8 @@ def _days(
     per_day = (
         _PER_DAY.get(logical.get("timeUnit", "")) if logical.get("Type") == "Timestamp" else None
     )
+    if nanos and logical.get("Type") in ("None", "Int"):  # a span's start, in nanoseconds
+        per_day = _NANOS_PER_DAY
     if per_day is None:
         return None
     days: set[dt.date] = set()

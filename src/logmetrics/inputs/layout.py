@@ -16,6 +16,9 @@ ENTRY_FIELDS = ("rank", "chunk_id", "tokens")
 REQUEST_COLUMNS = ("request_id", "served_at")
 """The contract's columns of a request in every shape: request_id, served_at."""
 
+SPAN_READ_COLUMNS = ("span_id", "start_time_unix_nano", "attributes")
+"""The columns a spans table must have (OpenTelemetry's names, or the data's in `columns`)."""
+
 
 @dataclass(frozen=True)
 class LogShape:
@@ -52,7 +55,10 @@ class LogShape:
         return f"{self.name('results')}.{self.name(field)}"
 
     def read_columns(self) -> tuple[str, ...]:
-        """The contract's names of the top-level columns this shape reads."""
+        """The contract's names of the top-level columns this shape reads (a span table's
+        own, for spans)."""
+        if self.shape == "spans":
+            return SPAN_READ_COLUMNS
         listed = ENTRY_FIELDS if self.exploded else ("results",)
         return (*REQUEST_COLUMNS, *listed)
 

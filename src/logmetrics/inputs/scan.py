@@ -26,18 +26,26 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from logmetrics import storage
 from logmetrics.config import ServedLogsInput
 from logmetrics.errors import InputError
-from logmetrics.inputs.damaged import CORRUPT_LINE_SHOWN, CorruptInput, scan_needs_spark
+from logmetrics.inputs.damaged import (
+    CORRUPT_LINE_SHOWN,
+    CorruptInput,
+    not_otlp,
+    redacted,
+    scan_needs_spark,
+)
 from logmetrics.inputs.files import DataFile, data_files, date_partition_column, file_key
 from logmetrics.inputs.footers import READERS
 from logmetrics.inputs.layout import LogShape
+from logmetrics.inputs.otlp import read_otlp
 from logmetrics.inputs.served_logs import CORRUPT_RECORD, first_line, load_raw_served_logs, widened
 from logmetrics.inputs.shapes import contract_plan, json_schema, quoted, to_contract
+from logmetrics.inputs.spans import SpansPlan, spans_json_schema, spans_plan, spans_served_at
 
 MAX_CORRUPT_LINES = 10_000
 """More JSON lines than this that do not parse: the input is broken, not occasionally damaged,
@@ -78,7 +86,10 @@ def undated_rows(spark: SparkSession, source: ServedLogsInput) -> int:
     if CORRUPT_RECORD in raw.columns:
         raw = raw.where(F.col(CORRUPT_RECORD).isNull())
     fields = {f.name: f.dataType for f in raw.schema.fields}
-    logs = to_contract(raw, contract_plan(fields, source.described, LogShape.of(source)))
+    if source.shape == "spans":
+        logs = spans_served_at(raw, spans_plan(fields, source, source.described))
+    else:
+        logs = to_contract(raw, contract_plan(fields, source.described, LogShape.of(source)))
     return logs.where(F.col("served_at").isNull()).count()
 
 
@@ -105,8 +116,12 @@ def _scan_parquet(
         except Exception:  # a type Spark has no name for: Spark will judge it
             continue
         fields.pop(partition or "", None)
-        plan = contract_plan(fields, f"{what}: file {file_key(path)}", shape)
-        for name, kind in _contract_types(plan.nested, shape).items():
+        described = f"{what}: file {file_key(path)}"
+        if shape.shape == "spans":
+            types = _span_types(spans_plan(fields, source, described), fields)
+        else:
+            types = _contract_types(contract_plan(fields, described, shape).nested, shape)
+        for name, kind in types.items():
             seen = first.setdefault(name, (kind, file_key(path)))
             if seen[0] != kind:
                 raise InputError(
@@ -125,6 +140,12 @@ def _schema(file: DataFile) -> Any:
             return pq.read_schema(handle)
     except Exception as exc:
         return exc
+
+
+def _span_types(plan: SpansPlan, fields: dict[str, Any]) -> dict[str, str]:
+    """The types of the span columns a request is read from, as the widened read sees them."""
+    names = (plan.span_id, plan.start, plan.attributes.column.split(".")[0])
+    return {name: widened(fields[name]).simpleString() for name in names}
 
 
 def _contract_types(nested: dict[str, Any], shape: LogShape) -> dict[str, str]:
@@ -147,10 +168,21 @@ def _scan_json(
 ) -> list[CorruptInput]:
     partition = date_partition_column(source)
     shape = LogShape.of(source)
+    spans = shape.shape == "spans"
     try:
-        raw = load_raw_served_logs(spark, source, partition=partition)
+        if source.data_format == "otlp":
+            assert source.location is not None
+            reader = spark.read if partition else spark.read.option("recursiveFileLookup", "true")
+            raw = read_otlp(reader, source.location, CORRUPT_RECORD)
+        else:
+            raw = load_raw_served_logs(spark, source, partition=partition)
     except AnalysisException:
         return []  # read_served_logs reports it, in one line
+    if source.data_format == "otlp":
+        read_names = ["resourceSpans"]
+        _refuse_other_json(raw, source, what)
+    else:
+        read_names = (spans_json_schema(source) if spans else json_schema(shape)).names
     day = F.lit(None).cast("date")
     if partition is not None and partition in raw.columns:
         lo, hi = start - dt.timedelta(days=1), end + dt.timedelta(days=1)
@@ -165,7 +197,7 @@ def _scan_json(
             F.input_file_name().alias("file"),
             day.alias("day"),
             F.col(CORRUPT_RECORD).alias("line"),
-            *[quoted(name) for name in json_schema(shape).names],
+            *[quoted(name) for name in read_names],
         )
         .limit(MAX_CORRUPT_LINES + 1)
         .collect()
@@ -181,11 +213,35 @@ def _scan_json(
         try:
             parsed = json.loads(row.line)
         except ValueError as exc:
-            line = row.line[:CORRUPT_LINE_SHOWN]
+            line = redacted(row.line) if spans else row.line[:CORRUPT_LINE_SHOWN]
             corrupt.append(CorruptInput(file, f"not JSON: {exc}", row.day, line))
             continue
-        raise InputError(f"{what}: file {file}: {_json_problem(parsed, shape)}")
+        problem = _span_problem(source) if spans else _json_problem(parsed, shape)
+        raise InputError(f"{what}: file {file}: {problem}")
     return corrupt
+
+
+def _span_problem(source: ServedLogsInput) -> str:
+    """What a JSON line of spans that does not fit its read is, without its contents (spans
+    carry users' text)."""
+    if source.data_format == "otlp":
+        return (
+            "a line is JSON but not an OTLP/JSON ExportTraceServiceRequest (resourceSpans -> "
+            "scopeSpans -> spans)"
+        )
+    return "a line is JSON but not a span row (an object of a span's columns)"
+
+
+def _refuse_other_json(lines: DataFrame, source: ServedLogsInput, what: str) -> None:
+    """An InputError naming the first file whose lines parse as JSON but hold no OTLP export
+    (no `resourceSpans`): another kind of JSON lines under `format: otlp`."""
+    other = (
+        lines.where(F.col(CORRUPT_RECORD).isNull() & F.col("resourceSpans").isNull())
+        .select(F.input_file_name().alias("file"))
+        .first()
+    )
+    if other is not None:
+        raise InputError(not_otlp(what, file_key(other.file)))
 
 
 def _json_problem(entry: Any, shape: LogShape) -> str:

@@ -32,6 +32,7 @@ from logmetrics import storage
 from logmetrics.config import (
     ServedLogsInput,
 )
+from logmetrics.console import span_text
 from logmetrics.errors import InputError
 from logmetrics.inputs.files import (
     data_files,
@@ -42,12 +43,22 @@ from logmetrics.inputs.files import (
 )
 from logmetrics.inputs.json_lines import check_json_names, json_sample
 from logmetrics.inputs.layout import LogShape
+from logmetrics.inputs.otlp import otlp_spans, read_otlp
 from logmetrics.inputs.shapes import (
     contract_plan,
     group_result_rows,
     json_schema,
     to_contract,
     with_row_order,
+)
+from logmetrics.inputs.spans import (
+    check_sample,
+    sampled_documents,
+    spans_json_schema,
+    spans_plan,
+    spans_served_at,
+    spans_to_contract,
+    started_between,
 )
 from logmetrics.schemas import (
     PARTITION_DATE,
@@ -94,6 +105,51 @@ def read_served_logs(
         raise InputError(f"{what}: date partition column {partition!r} not found")
     if source.data_format == "json" and source.location is not None:
         check_json_names(json_sample(source.location, partition), what, shape)
+    fields = {f.name: f.dataType for f in raw.schema.fields}
+    if shape.shape == "spans":
+        spans = spans_plan(fields, source, what)
+        raw = raw.where(started_between(spans, start, end))
+        logs_df = (
+            spans_to_contract(raw, spans, source, segment_by)
+            if copies
+            else spans_served_at(raw, spans)
+        )
+        return _dated(logs_df, raw, partition, start, end, what)
+    return _contract_rows(raw, source, start, end, segment_by, partition, copies)
+
+
+def check_retrieval_spans(
+    spark: SparkSession,
+    source: ServedLogsInput,
+    start: dt.date,
+    end: dt.date,
+    skip_files: Collection[str] = (),
+) -> None:
+    """Before a run's main pass, on spans: its convention finds retrieval spans in start..end
+    where the other convention's are, and its chunk-id (and tokens) path names a field the
+    documents have (`spans.check_sample`); nothing for other shapes."""
+    if source.shape != "spans":
+        return
+    spans_df = read_served_logs(spark, source, start, end, skip_files=skip_files, copies=False)
+    plan = spans_plan(
+        {f.name: f.dataType for f in spans_df.schema.fields}, source, source.described
+    )
+    sample = sampled_documents(spans_df, plan, source.spans.convention).collect()
+    check_sample([(r.this, r.other, r.documents) for r in sample], source, span_text(start, end))
+
+
+def _contract_rows(
+    raw: DataFrame,
+    source: ServedLogsInput,
+    start: dt.date,
+    end: dt.date,
+    segment_by: Sequence[str],
+    partition: str | None,
+    copies: bool,
+) -> DataFrame:
+    """The rows of a nested, ids or exploded shape as the contract (`read_served_logs`)."""
+    what, shape = source.described, LogShape.of(source)
+    columns = set(raw.columns)
     plan = contract_plan({f.name: f.dataType for f in raw.schema.fields}, what, shape)
     for name in segment_by:
         if name not in columns:
@@ -103,12 +159,25 @@ def read_served_logs(
             )
     grouped = shape.exploded and copies
     logs_df = to_contract(with_row_order(raw) if grouped else raw, plan)
+    logs_df = _dated(logs_df, raw, partition, start, end, what)
+    return logs_df.transform(group_result_rows, segment_by) if grouped else logs_df
+
+
+def _dated(
+    logs_df: DataFrame,
+    raw: DataFrame,
+    partition: str | None,
+    start: dt.date,
+    end: dt.date,
+    what: str,
+) -> DataFrame:
+    """The rows of start..end: their date partitions pruned (and their date kept, for rows
+    without a served_at), served_at filtered."""
     if partition is not None:
         logs_df = logs_df.where(_partition_filter(raw, partition, start, end, what)).withColumn(
             PARTITION_DATE, _partition_as_date(raw, partition)
         )
-    logs_df = logs_df.transform(filter_served_between, start, end)
-    return logs_df.transform(group_result_rows, segment_by) if grouped else logs_df
+    return logs_df.transform(filter_served_between, start, end)
 
 
 CORRUPT_RECORD = "_corrupt_record"
@@ -142,6 +211,13 @@ def load_raw_served_logs(
     reader = spark.read
     if partition is None and fmt != "delta":
         reader = reader.option("recursiveFileLookup", "true")
+    if fmt == "otlp":
+        lines = read_otlp(reader, path, CORRUPT_RECORD).where(F.col(CORRUPT_RECORD).isNull())
+        return otlp_spans(lines, carried=(partition,) if partition is not None else ())
+    if fmt == "json" and source.shape == "spans":
+        columns = [*spans_json_schema(source).fields, StructField(CORRUPT_RECORD, StringType())]
+        reader = reader.schema(StructType(columns))
+        return reader.option("columnNameOfCorruptRecord", CORRUPT_RECORD).json(path)
     if fmt == "json":
         read = json_schema(LogShape.of(source))
         extra = [StructField(n, StringType()) for n in segment_by if n not in read.names]

@@ -101,7 +101,7 @@ def with_segment_values(logs_df: DataFrame, segment_by: Sequence[str]) -> DataFr
     is no column: nothing is carried through the explode for nothing."""
     if not segment_by:
         return logs_df
-    values = [F.coalesce(F.col(c).cast("string"), F.lit(NULL_SEGMENT_VALUE)) for c in segment_by]
+    values = [F.coalesce(column(c).cast("string"), F.lit(NULL_SEGMENT_VALUE)) for c in segment_by]
     return logs_df.withColumn(SEGMENT_VALUES, F.array(*values).cast("array<string>"))
 
 
