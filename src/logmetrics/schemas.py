@@ -221,14 +221,22 @@ DAILY = StructType(
         _field(
             "rows_read",
             LongType(),
-            "Log rows read for the day: queries + duplicate_rows + quarantined_rows.",
+            "Log rows read for the day: queries + duplicate_rows + quarantined_rows (exploded "
+            "shape: a row per result, the kept copies' distinct rows in place of queries).",
             False,
         ),
-        _field("duplicate_rows", LongType(), "Redelivered copies, not counted again.", False),
+        _field(
+            "duplicate_rows",
+            LongType(),
+            "Rows read not counted again: every row of a request's copies not kept, and each "
+            "repeat of a kept row.",
+            False,
+        ),
         _field(
             "quarantined_rows",
             LongType(),
-            "Malformed rows (null request_id, served_at or results), in the quarantine table.",
+            "Malformed rows (null request_id, served_at or results, or a served_at that does "
+            "not parse), one quarantine row each.",
             False,
         ),
         _field(
