@@ -26,8 +26,8 @@ from logmetrics.rules.cluster_keys import cluster_keys
 from logmetrics.rules.per_request import requests_by_key
 from logmetrics.schemas import CLUSTERS, PARTITION_DATE
 
-DAYS = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(8)]
-REPEATED, REDELIVERED, CONFLICT, MALFORMED, EMPTY, NULL_ROW, SET_ASIDE, NO_ROWS = DAYS
+DAYS = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(9)]
+REPEATED, REDELIVERED, CONFLICT, MALFORMED, EMPTY, NULL_ROW, SET_ASIDE, SPLIT, NO_ROWS = DAYS
 RAW = {  # the logs as stored (served_at as text: one that does not parse is malformed)
     "nested": "results array<struct<rank:int, chunk_id:string>>",
     "ids": "results array<string>",
@@ -120,6 +120,10 @@ def test_exploded_rows_are_each_accounted_for(spark: SparkSession) -> None:
         row("q7", _at(SET_ASIDE), 1, "a", SET_ASIDE),
         row("q7", _at(SET_ASIDE), 2, None, SET_ASIDE),
         row("q7", _at(SET_ASIDE), 2, None, SET_ASIDE),
+        # one copy, its second row in the next day's date partition and its served_at spelled
+        # otherwise: still one copy of two rows (its day is its served_at's)
+        row("q8", _at(SPLIT), 1, "a", SPLIT),
+        row("q8", _json_time(_at(SPLIT)), 2, "b", NO_ROWS),
     ]
     facts, quarantine = _accounting(spark, "exploded", rows)
     assert facts == {
@@ -134,9 +138,10 @@ def test_exploded_rows_are_each_accounted_for(spark: SparkSession) -> None:
         SET_ASIDE: _facts(
             rows_read=3, duplicate_rows=1, queries=1, valid_entries=1, quarantined_entries=1
         ),
+        SPLIT: _facts(rows_read=2, queries=1, valid_entries=2),
         NO_ROWS: _facts(),
     }
-    kept = {REPEATED: 3, REDELIVERED: 2, CONFLICT: 2, EMPTY: 2, SET_ASIDE: 2}
+    kept = {REPEATED: 3, REDELIVERED: 2, CONFLICT: 2, EMPTY: 2, SET_ASIDE: 2, SPLIT: 2}
     _accounted_for(facts, kept)
     assert quarantine == sorted(
         [
@@ -201,6 +206,8 @@ def test_a_request_s_row_is_a_row(spark: SparkSession, shape: str) -> None:
         (None, None, None, str(NULL_ROW)),
         row("q7", _at(SET_ASIDE), ["a", None], SET_ASIDE),
         row("q7", _at(SET_ASIDE, 1), ["a", None], SET_ASIDE),  # redelivered
+        row("q8", _at(SPLIT), "ab", SPLIT),
+        row("q8", _json_time(_at(SPLIT)), "ab", NO_ROWS),  # the same instant: another copy
     ]
     facts, quarantine = _accounting(spark, shape, rows)
     assert facts == {
@@ -215,6 +222,7 @@ def test_a_request_s_row_is_a_row(spark: SparkSession, shape: str) -> None:
         SET_ASIDE: _facts(
             rows_read=2, duplicate_rows=1, queries=1, valid_entries=1, quarantined_entries=1
         ),
+        SPLIT: _facts(rows_read=2, duplicate_rows=1, queries=1, valid_entries=2),
         NO_ROWS: _facts(),
     }
     _accounted_for(facts, {day: fact["queries"] for day, fact in facts.items()})
