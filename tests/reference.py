@@ -103,6 +103,61 @@ def served_requests(
     return kept
 
 
+def row_day(row: Mapping[str, Any]) -> dt.date | None:
+    """The day a row is read for: the UTC date of its served_at, else its date partition
+    (`date`, if it has one), else none: a row without either is not read."""
+    if row.get("served_at") is not None:
+        return utc_date(row["served_at"])
+    partition = row.get("date")
+    if isinstance(partition, str):
+        return dt.date.fromisoformat(partition)
+    return partition
+
+
+def row_accounting(
+    rows: Iterable[Mapping[str, Any]], start: dt.date, end: dt.date, shape: str = "nested"
+) -> dict[dt.date, dict[str, int]]:
+    """Per date in [start, end], every row read accounted for, from the rows as `shape` stores
+    them: `rows_read`, `duplicate_rows`, `quarantined_rows` and `kept_rows`, where rows_read =
+    kept_rows + duplicate_rows + quarantined_rows.
+
+    - A nested or ids row is one copy of its request. An exploded row is one result (`rank`,
+      `chunk_id`, `tokens`), the rows of one (request_id, served_at) one copy.
+    - A malformed row (null request_id or served_at; in a nested or ids row, null results too)
+      is quarantined: one quarantine row per row.
+    - Of a request's copies on a day the earliest is kept. Its rows are kept rows, once each:
+      a nested or ids copy's row; an exploded copy's distinct rows. Every other row read is a
+      duplicate row: each repeat of a kept row, every row of the request's other copies."""
+    out = {
+        day: {"rows_read": 0, "duplicate_rows": 0, "quarantined_rows": 0, "kept_rows": 0}
+        for day in dates_between(start, end)
+    }
+    exploded = shape == "exploded"
+    copies: dict[tuple[dt.date, str], dict[Any, list[Any]]] = {}
+    for row in rows:
+        day = row_day(row)
+        if day not in out:
+            continue
+        out[day]["rows_read"] += 1
+        if exploded:  # a result's row: there is no list to be null
+            malformed = row.get("request_id") is None or row.get("served_at") is None
+        else:
+            malformed = is_malformed(row)
+        if malformed:
+            out[day]["quarantined_rows"] += 1
+        else:
+            content = (row.get("rank"), row.get("chunk_id"), row.get("tokens"))
+            request = copies.setdefault((day, row["request_id"]), {})
+            request.setdefault(row["served_at"], []).append(content if exploded else row)
+    for (day, _), by_time in copies.items():
+        read = sum(len(copy_rows) for copy_rows in by_time.values())
+        kept_copy = by_time[min(by_time)]
+        kept = len(set(kept_copy)) if exploded else 1
+        out[day]["kept_rows"] += kept
+        out[day]["duplicate_rows"] += read - kept
+    return out
+
+
 def _check_ks(ks: Iterable[int]) -> list[int]:
     out = sorted(set(ks))
     if any(k < 1 for k in out):

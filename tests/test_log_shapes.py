@@ -6,11 +6,13 @@ served logs (docs/inputs.md, "Logs as they are") gives the numbers the rules giv
   cluster table), a shape and the data's own names (some of them hostile), writes the logs in
   that shape, and reads them through the reader's own transforms; each request's numbers and
   set-aside entries equal the reference's on the same requests, the shape's rules applied by
-  hand here (`as_nested`).
+  hand here (`as_nested`), and every row stored is accounted for (rows read, duplicate rows,
+  quarantined rows: `reference.row_accounting` on the rows as stored).
 - The end-to-end runs (the real `logmetrics backfill`, in process) read the same requests in
   the three shapes, from a catalog table by name (nested), JSON lines (ids) and date-partitioned
   Parquet (exploded), each with its own names and a cluster table of its own names: every
-  table each publishes equals the reference, and the three publish identical tables.
+  table each publishes equals the reference, and the three publish identical tables but for
+  the accounting of the exploded shape's rows, a row per result.
 - docs/inputs.md's OpenSearch UBI example runs as written there.
 """
 
@@ -211,8 +213,8 @@ def test_each_shape_and_mapping_equals_the_reference(
     kept = stored(shape.shape, rows, data.draw)
     logs_df = read_as_contract(frame(spark, shape, kept), shape)
     keys_df = cluster_keys(spark.createDataFrame(cluster_rows, CLUSTERS))
-    requests_df = requests_by_key(logs_df, keys_df, ks).transform(filter_served_requests)
-    requests_df.cache()
+    every_df = requests_by_key(logs_df, keys_df, ks).cache()
+    requests_df = every_df.transform(filter_served_requests)
     got = sorted(
         (r.asDict() for r in requests_df.transform(explode_windows).collect()),
         key=lambda r: (r["metric_date"], r["request_id"], r["k"]),
@@ -221,15 +223,37 @@ def test_each_shape_and_mapping_equals_the_reference(
     expected = reference.by_query(requests, cluster_rows, ks, START, END)
     assert [_utc(r) for r in got] == expected
 
+    counts = [c for c in ("rows_read", "kept_rows") if c in every_df.columns]  # exploded only
+    per_request = every_df.select(
+        "metric_date", "request_id", "is_malformed", "invalid_entries", "copies", *counts
+    ).collect()
+    every_df.unpersist()
     set_aside = {
         (r.metric_date, r.request_id): len(r.invalid_entries or [])
-        for r in requests_df.select("metric_date", "request_id", "invalid_entries").collect()
+        for r in per_request
+        if not r.is_malformed
     }
-    requests_df.unpersist()
     served = reference.served_requests(requests, START, END)
     assert set_aside == {
         key: sum(1 for e in row["results"] if e is None or None in (e["rank"], e["chunk_id"]))
         for key, row in served.items()
+    }
+
+    # Every row stored accounted for, by the counts each request carries to `day_facts` (which
+    # sums them: tests/quality/test_row_accounting.py): a nested or ids copy is a row; an
+    # exploded request says its rows read and its kept copy's distinct rows.
+    accounted = {day: [0, 0, 0] for day in reference.dates_between(START, END)}
+    for r in per_request:
+        read, kept_rows = (r.rows_read, r.kept_rows) if counts else (r.copies, 1)
+        day = accounted[r.metric_date]
+        day[0] += read
+        if r.is_malformed:
+            day[2] += read
+        else:
+            day[1] += read - kept_rows
+    assert accounted == {
+        day: [n["rows_read"], n["duplicate_rows"], n["quarantined_rows"]]
+        for day, n in reference.row_accounting(kept, START, END, shape.shape).items()
     }
 
 
@@ -518,6 +542,49 @@ def _published(spark: SparkSession, warehouse: Path, table: str) -> list[dict[st
     return sorted(rows, key=repr)
 
 
+def _stored_rows(shape: str, runs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows each shape's logs hold as the fixture wrote them, with their date partition
+    (`date`), for `reference.row_accounting`: a row per request in the nested table and the
+    JSON lines (day one only); the exploded Parquet's rows, a row per result and repeats
+    included, read back by pyarrow."""
+    if shape == "nested":
+        return runs["rows"]
+    if shape == "ids":
+        return [r for r in runs["rows"] if r["date"] == str(DAY1)]
+    rows = []
+    for path in sorted((runs["root"] / "exploded").glob("date=*/*.parquet")):
+        for r in pq.read_table(path).to_pylist():
+            rows.append(
+                {
+                    "request_id": r["qid"],
+                    "served_at": r["served"],
+                    "rank": r["position"],
+                    "chunk_id": r["chunk"],
+                    "date": path.parent.name.removeprefix("date="),
+                }
+            )
+    return rows
+
+
+def _row_counts(daily: list[dict[str, Any]]) -> dict[dt.date, set[tuple[int, int, int]]]:
+    """Per day, the (rows_read, duplicate_rows, quarantined_rows) its daily rows publish."""
+    counts: dict[dt.date, set[tuple[int, int, int]]] = {}
+    for r in daily:
+        row = (r["rows_read"], r["duplicate_rows"], r["quarantined_rows"])
+        counts.setdefault(r["metric_date"], set()).add(row)
+    return counts
+
+
+def _expected_row_counts(
+    shape: str, runs: dict[str, Any], start: dt.date, end: dt.date
+) -> dict[dt.date, set[tuple[int, int, int]]]:
+    accounted = reference.row_accounting(_stored_rows(shape, runs), start, end, shape)
+    return {
+        day: {(n["rows_read"], n["duplicate_rows"], n["quarantined_rows"])}
+        for day, n in accounted.items()
+    }
+
+
 def _reference_input(shape: str, runs: dict[str, Any]) -> list[dict[str, Any]]:
     rows = _reference_rows(runs["rows"])
     if shape == "exploded":
@@ -546,6 +613,8 @@ def test_every_shape_publishes_the_reference_numbers(
     ]
     expected_daily = reference.daily(rows, CLUSTER_ROWS, KS, 3, DAY1, end)
     assert sorted(every_query, key=repr) == sorted(expected_daily, key=repr)
+    # Every row stored accounted for: a request's row (nested, ids), a result's (exploded).
+    assert _row_counts(daily) == _expected_row_counts(shape, shape_runs, DAY1, end)
     sweep = [
         {k: v for k, v in r.items() if k not in {"segment", "segment_value"}}
         for r in _published(spark, warehouse, "unique_clusters_k_sweep")
@@ -579,8 +648,10 @@ def test_the_three_shapes_publish_identical_tables(
     spark: SparkSession, shape_runs: dict[str, Any], table: str
 ) -> None:
     """Day one, which every shape stores: nested and ids alike; day two (rank gaps and ties):
-    nested and exploded alike. The exploded shape lacks only the requests it stores no row of:
-    its by-query rows are nested's without them."""
+    nested and exploded alike, but for the rows they count: a row per result in the exploded
+    shape (repeated rows included) is what its `rows_read` and `duplicate_rows`, and its
+    malformed rate (quarantined rows / rows read), count. The exploded shape lacks only the
+    requests it stores no row of: its by-query rows are nested's without them."""
     published = {
         shape: _published(spark, warehouse, table)
         for shape, warehouse in shape_runs["warehouses"].items()
@@ -594,8 +665,34 @@ def test_the_three_shapes_publish_identical_tables(
             if r["metric_date"] == day and not (day == DAY2 and r.get("check") == "volume")
         ]
 
+    def but_row_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        counted = [
+            {
+                k: v
+                for k, v in r.items()
+                if k not in {"rows_read", "duplicate_rows"}
+                and not (k == "observed_value" and r.get("check") == "malformed_rate")
+            }
+            for r in rows
+        ]
+        return sorted(counted, key=repr)
+
     assert on("nested", DAY1) and on("nested", DAY1) == on("ids", DAY1)
-    assert on("nested", DAY2) and on("nested", DAY2) == on("exploded", DAY2)
+    assert on("nested", DAY2) and but_row_counts(on("nested", DAY2)) == but_row_counts(
+        on("exploded", DAY2)
+    )
+    (exploded,) = _expected_row_counts("exploded", shape_runs, DAY2, DAY2)[DAY2]
+    (nested,) = _expected_row_counts("nested", shape_runs, DAY2, DAY2)[DAY2]
+    assert exploded[0] > nested[0] and exploded[1] > nested[1] and exploded[2] == nested[2]
+    if table == "unique_clusters_daily":
+        assert _row_counts(on("exploded", DAY2)) == {DAY2: {exploded}}
+        assert _row_counts(on("nested", DAY2)) == {DAY2: {nested}}
+    if table == "data_quality":
+        rates = {
+            s: [r["observed_value"] for r in on(s, DAY2) if r["check"] == "malformed_rate"]
+            for s in ("nested", "exploded")
+        }
+        assert rates == {"nested": [nested[2] / nested[0]], "exploded": [exploded[2] / exploded[0]]}
     if table == "unique_clusters_by_query":
         kept = [r for r in on("nested", DAY1) if r["request_id"] not in shape_runs["no_row"]]
         assert kept != on("nested", DAY1) and kept == on("exploded", DAY1)

@@ -221,14 +221,22 @@ DAILY = StructType(
         _field(
             "rows_read",
             LongType(),
-            "Log rows read for the day: queries + duplicate_rows + quarantined_rows.",
+            "Log rows read for the day: queries + duplicate_rows + quarantined_rows (exploded "
+            "shape: a row per result, the kept copies' distinct rows in place of queries).",
             False,
         ),
-        _field("duplicate_rows", LongType(), "Redelivered copies, not counted again.", False),
+        _field(
+            "duplicate_rows",
+            LongType(),
+            "Rows read not counted again: every row of a request's copies not kept, and each "
+            "repeat of a kept row.",
+            False,
+        ),
         _field(
             "quarantined_rows",
             LongType(),
-            "Malformed rows (null request_id, served_at or results), in the quarantine table.",
+            "Malformed rows (null request_id, served_at or results, or a served_at that does "
+            "not parse), one quarantine row each.",
             False,
         ),
         _field(
@@ -630,6 +638,13 @@ served_at on a day, so that they can be quarantined and counted instead of vanis
 SERVED_AT_TEXT = "_served_at_text"
 """A text served_at as read, kept so that one that does not parse is quarantined as
 invalid_served_at."""
+STORED_ROWS = "_stored_rows"
+"""The exploded shape's rows of a served copy as stored, repeated rows included: every one of
+them is a row read (a nested or ids copy is one row, and has no such column)."""
+DISTINCT_ROWS = "_distinct_rows"
+"""The exploded shape's rows of a served copy that differ in some column read (request_id,
+served_at, rank, chunk_id, tokens): the rows a kept copy enters the metrics with; its other
+rows are duplicate rows."""
 
 # Columns the judged-evaluation readers add to a run's entries, which its rules read.
 INPUT_FILE = "input_file"

@@ -35,8 +35,8 @@ from pyspark.sql.types import (
 
 from logmetrics.console import did_you_mean
 from logmetrics.errors import InputError
-from logmetrics.inputs.layout import ENTRY_FIELDS, NESTED, LogShape, noun
-from logmetrics.schemas import PARTITION_DATE, SERVED_AT_TEXT
+from logmetrics.inputs.layout import ENTRY_FIELDS, NESTED, REQUEST_COLUMNS, LogShape, noun
+from logmetrics.schemas import DISTINCT_ROWS, PARTITION_DATE, SERVED_AT_TEXT, STORED_ROWS
 
 ROW_ORDER = "_row_order"
 """The exploded shape's order of the rows as stored (file, then position in it): the position
@@ -135,27 +135,41 @@ def group_result_rows(rows_df: DataFrame, segment_by: Sequence[str] = ()) -> Dat
     - rows identical in every column read (rank, chunk_id, tokens) count once (redelivered);
     - a copy whose one row has a null chunk_id is a request with no results (an empty list);
       otherwise a null chunk_id is an entry without one, set aside as in the nested shape;
-    - the segment columns take their smallest value among the copy's rows.
-    Carried: the date partition and the unparsed served_at text, which are part of a copy."""
+    - a malformed row (a null request_id, or a null served_at: missing or a text that does not
+      parse) is a copy of its own, its one entry as its `results`: one quarantine row per row;
+    - `STORED_ROWS` counts the copy's rows as stored, `DISTINCT_ROWS` the distinct ones (what
+      the copy enters the metrics with, if kept): the accounting of every row read;
+    - the segment columns take their smallest value among the copy's rows;
+    - a copy is its request_id and served_at alone, its rows in one date partition or several
+      and its served_at spelled one way or another (text): the date partition and the served_at
+      text, which only a malformed row's day and reason need, take their smallest value."""
     entry_names = [n for n in ENTRY_FIELDS if n in rows_df.columns]
-    keys = ["request_id", "served_at"]
-    keys += [c for c in (SERVED_AT_TEXT, PARTITION_DATE) if c in rows_df.columns]
+    carried = [c for c in (SERVED_AT_TEXT, PARTITION_DATE) if c in rows_df.columns]
+    is_malformed = F.col("request_id").isNull() | F.col("served_at").isNull()
+    alone = F.when(is_malformed, F.col(ROW_ORDER)).alias("_alone")  # null for every valid row
     collected = F.sort_array(
         F.collect_list(
             F.struct(F.col(ROW_ORDER).alias("order"), F.struct(*entry_names).alias("entry"))
         )
     )
     entries = F.array_distinct(F.transform(F.col("_rows"), lambda row: row["entry"]))
-    lone_null = (F.size(entries) == 1) & entries[0]["chunk_id"].isNull()
+    lone_null = F.col("_alone").isNull() & (F.size(entries) == 1) & entries[0]["chunk_id"].isNull()
     entry_type = StructType([rows_df.schema[n] for n in entry_names])
     empty = F.array().cast(ArrayType(entry_type))
     return (
-        rows_df.groupBy(*keys)
-        .agg(collected.alias("_rows"), *[F.min(c).alias(c) for c in segment_by])
+        rows_df.groupBy("request_id", "served_at", alone)
+        .agg(
+            collected.alias("_rows"),
+            F.count(F.lit(1)).alias(STORED_ROWS),
+            *[F.min(c).alias(c) for c in (*carried, *segment_by)],
+        )
         .select(
-            *keys,
+            *REQUEST_COLUMNS,
+            *carried,
             *segment_by,
             F.when(lone_null, empty).otherwise(entries).alias("results"),
+            STORED_ROWS,
+            F.size(entries).alias(DISTINCT_ROWS),
         )
     )
 

@@ -1,8 +1,8 @@
 """The facts the quality gates judge, all derived from the one pass that computes the metrics.
 
-`to_requests` rows carry everything needed (copies read, malformed rows, entries set aside,
-unknown chunks), so nothing here scans the logs again: these are small aggregations over the
-persisted per-request data, and one over the (already keyed) cluster table per run.
+`to_requests` rows carry everything needed (copies and rows read, malformed rows, entries set
+aside, unknown chunks), so nothing here scans the logs again: these are small aggregations over
+the persisted per-request data, and one over the (already keyed) cluster table per run.
 """
 
 from __future__ import annotations
@@ -28,13 +28,23 @@ DAY_FACT_COLUMNS = (
 
 
 def day_facts(requests_df: DataFrame, days_df: DataFrame) -> DataFrame:
-    """One row per day of `days_df` (metric_date): the counts behind every gate and the
-    accounting identity rows_read = queries + duplicate_rows + malformed_rows."""
+    """One row per day of `days_df` (metric_date): the counts behind every gate, and every row
+    read accounted for, in the rows of the logs as stored:
+    - `rows_read`: every row read whose day it is;
+    - `malformed_rows`: the malformed ones, each a row of the quarantine;
+    - `duplicate_rows`: the rest, beyond the rows of the copy kept of each request: every row
+      of its other copies, and each repeat of a row of the kept copy.
+    So rows_read = kept rows + duplicate_rows + malformed_rows, where a nested or ids copy is
+    one row (kept rows = queries) and an exploded one its distinct rows (`kept_rows`, with
+    `rows_read` per request: `per_request.filter_first_copies`)."""
     served = ~F.col("is_malformed")
+    exploded = "rows_read" in requests_df.columns
+    rows = F.col("rows_read") if exploded else F.col("copies")
+    kept = F.col("kept_rows") if exploded else F.lit(1)
     facts = requests_df.groupBy("metric_date").agg(
-        F.sum("copies").alias("rows_read"),
-        F.sum(F.when(~served, F.col("copies"))).alias("malformed_rows"),
-        F.sum(F.when(served, F.col("copies") - 1)).alias("duplicate_rows"),
+        F.sum(rows).alias("rows_read"),
+        F.sum(F.when(~served, rows)).alias("malformed_rows"),
+        F.sum(F.when(served, rows - kept)).alias("duplicate_rows"),
         F.count(F.when(served & F.col("conflicting"), True)).alias("conflicting_requests"),
         F.count(F.when(served, True)).alias("queries"),
         F.sum(F.when(served, F.col("results"))).alias("valid_entries"),

@@ -16,10 +16,10 @@ Reading order (each step feeds the next, chained with `.transform`):
                          the requests that count, one row per (request, k)
 
 Everything the quality gates and the quarantine need (malformed rows, entries with a null
-chunk_id or rank, redelivered copies, unknown chunks) rides along in that one group-by, so the
-logs are scanned once. The logs are shuffled as rows, before the explode, by a hash of the
-request: the explode, the join and the group-by then run inside each partition, with no
-shuffle of the ten-times-larger entries.
+chunk_id or rank, redelivered copies and the rows read, unknown chunks) rides along in that one
+group-by, so the logs are scanned once. The logs are shuffled as rows, before the explode, by a
+hash of the request: the explode, the join and the group-by then run inside each partition, with
+no shuffle of the ten-times-larger entries.
 
 Entries carry their cluster key's 64-bit hash (`cluster_hash`, `rules.cluster_keys`: checked
 collision-free over the whole table); a chunk absent from the table carries its chunk_id
@@ -35,7 +35,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
 
 from logmetrics.rules.cluster_keys import chunk_hash
-from logmetrics.schemas import NULL_SEGMENT_VALUE, PARTITION_DATE, SERVED_AT_TEXT
+from logmetrics.schemas import (
+    DISTINCT_ROWS,
+    NULL_SEGMENT_VALUE,
+    PARTITION_DATE,
+    SERVED_AT_TEXT,
+    STORED_ROWS,
+)
 
 REQUEST_KEY = ("request_key", "metric_date", "request_id", "is_malformed")
 
@@ -52,7 +58,8 @@ def with_row_status(logs_df: DataFrame) -> DataFrame:
     reason = reason.when(F.col("served_at").isNull(), F.lit("null_served_at")).when(
         F.col("results").isNull(), F.lit("null_results")
     )
-    raw = F.to_json(F.struct(*[column(c) for c in logs_df.columns if c != PARTITION_DATE]))
+    hidden = {PARTITION_DATE, STORED_ROWS, DISTINCT_ROWS}  # the reader's, not the row's
+    raw = F.to_json(F.struct(*[column(c) for c in logs_df.columns if c not in hidden]))
     return logs_df.withColumns(
         {
             "metric_date": _metric_date(logs_df),
@@ -127,11 +134,16 @@ def partition_by_request(logs_df: DataFrame) -> DataFrame:
 
 
 def filter_first_copies(logs_df: DataFrame) -> DataFrame:
-    """Redelivered copies count once: of the served rows of one (metric_date, request_id), the
-    copy with the earliest served_at is kept, ties by a hash of its content, so the choice does
-    not depend on the order rows arrive in. `copies` counts the rows read for the request, and
-    `conflicting` says whether their results differ (by content hash): a redelivery repeats its
-    results; a conflict is another list under the same id.
+    """Redelivered copies count once: of the served copies of one (metric_date, request_id),
+    the one with the earliest served_at is kept, ties by a hash of its content, so the choice
+    does not depend on the order rows arrive in. `copies` counts the copies read for the
+    request, and `conflicting` says whether their results differ (by content hash): a
+    redelivery repeats its results; a conflict is another list under the same id.
+
+    In the exploded shape a copy is several rows (`STORED_ROWS`, `DISTINCT_ROWS` of
+    `inputs.shapes.group_result_rows`): `rows_read` counts the request's rows read, every copy's
+    and every repeat, and `kept_rows` the kept copy's distinct rows; the rest of the rows read
+    are duplicate rows. A nested or ids copy is one row: it has neither column.
 
     Malformed rows are all kept (each goes to the quarantine). The window runs inside the
     partitions `partition_by_request` made.
@@ -140,6 +152,9 @@ def filter_first_copies(logs_df: DataFrame) -> DataFrame:
     # The whole request, in the same order as `copy`: one sort serves both windows.
     whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     copy_hash = F.col("copy_hash")
+    rows: dict[str, Column] = {}
+    if STORED_ROWS in logs_df.columns:
+        rows = {"rows_read": F.sum(STORED_ROWS).over(whole), "kept_rows": F.col(DISTINCT_ROWS)}
     return (
         logs_df.withColumn("copy_hash", F.xxhash64("results"))
         .withColumns(
@@ -148,11 +163,22 @@ def filter_first_copies(logs_df: DataFrame) -> DataFrame:
                 # One pass with `copies`: the copies disagree iff their hashes are not all one.
                 "conflicting": (F.min(copy_hash).over(whole) != F.max(copy_hash).over(whole)),
                 "copy": F.row_number().over(ordered),
+                **rows,
             }
         )
         .where(F.col("is_malformed") | (F.col("copy") == 1))
-        .drop("copy", "copy_hash")
+        .drop("copy", "copy_hash", *([STORED_ROWS, DISTINCT_ROWS] if rows else []))
     )
+
+
+ROW_COUNTS = ("rows_read", "kept_rows")
+"""A request's rows read and its kept copy's distinct rows, in the exploded shape only
+(`filter_first_copies`): carried to the request's row for `quality.facts.day_facts`."""
+
+
+def row_count_columns(df: DataFrame) -> list[str]:
+    """ROW_COUNTS when the rows carry them (the exploded shape), else []."""
+    return [c for c in ROW_COUNTS if c in df.columns]
 
 
 def explode_entries(logs_df: DataFrame) -> DataFrame:
@@ -164,6 +190,7 @@ def explode_entries(logs_df: DataFrame) -> DataFrame:
         "served_at",
         "copies",
         "conflicting",
+        *row_count_columns(logs_df),
         *segment_value_columns(logs_df),
     ]
     results = F.when(~F.col("is_malformed"), F.col("results"))
@@ -241,6 +268,7 @@ def to_requests(
             "served_at",
             "copies",
             "conflicting",
+            *row_count_columns(keyed_entries_df),
             "malformed_row",
             *segment_value_columns(keyed_entries_df),
             is_valid.cast("int").alias("is_valid"),
@@ -257,6 +285,7 @@ def to_requests(
             F.min("served_at").alias("served_at"),
             F.max("copies").alias("copies"),
             F.max("conflicting").alias("conflicting"),
+            *[F.max(c).alias(c) for c in row_count_columns(keyed_entries_df)],
             # One copy, one value (malformed copies keep the first's, which nothing reads).
             *[F.first(c).alias(c) for c in segment_value_columns(keyed_entries_df)],
             F.sum("is_valid").alias("results"),
@@ -284,6 +313,7 @@ def to_requests(
             "served_at",
             "copies",
             "conflicting",
+            *row_count_columns(keyed_entries_df),
             *segment_value_columns(keyed_entries_df),
             *[F.col(c).cast("int").alias(c) for c in COUNTS],
             windows(F.col("new_slots"), ks).alias("windows"),
