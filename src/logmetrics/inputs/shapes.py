@@ -161,7 +161,7 @@ def group_result_rows(rows_df: DataFrame, segment_by: Sequence[str] = ()) -> Dat
         .agg(
             collected.alias("_rows"),
             F.count(F.lit(1)).alias(STORED_ROWS),
-            *[F.min(c).alias(c) for c in (*carried, *segment_by)],
+            *[F.min(quoted(c)).alias(c) for c in (*carried, *segment_by)],
         )
         .select(
             *REQUEST_COLUMNS,
