@@ -21,6 +21,7 @@ from logmetrics.config import Config
 
 REPO = Path(__file__).resolve().parents[1]
 LOG_COLUMNS = ("request_id", "served_at", "results", "rank", "chunk_id", "tokens")
+SPAN_COLUMNS = ("span_id", "trace_id", "name", "start_time_unix_nano", "attributes", "resource")
 
 # A table by name takes the place of the path: set together.
 INSTEAD = {
@@ -38,6 +39,11 @@ FINGERPRINTED: dict[str, Any] = {
     "inputs.served_logs.table": "main.serving.retrieval_log",
     "inputs.served_logs.shape": "exploded",
     **{f"inputs.served_logs.columns.{name}": f"own_{name}" for name in LOG_COLUMNS},
+    # Against SPANS_BASE (a spans table): what is read as a request.
+    **{f"inputs.served_logs.columns.{name}": f"own_{name}" for name in SPAN_COLUMNS},
+    "inputs.served_logs.spans.convention": "openinference",
+    "inputs.served_logs.spans.chunk_id": "metadata.chunk_id",
+    "inputs.served_logs.spans.tokens": "metadata.tokens",
     "inputs.clusters.path": "/data/other-clusters",
     "inputs.clusters.table": "main.dedup.clusters",
     "inputs.clusters.format": "parquet",
@@ -135,6 +141,18 @@ BASE: dict[str, Any] = {
 }
 
 
+SPANS_BASE: dict[str, Any] = {
+    **BASE,
+    "inputs": {**BASE["inputs"], "served_logs": {"path": "/data/spans", "shape": "spans"}},
+}
+"""BASE reading a spans table: the base of the keys only spans have."""
+
+
+def _base_for(key: str) -> dict[str, Any]:
+    spans = key.startswith("inputs.served_logs.spans.") or key.split(".")[-1] in SPAN_COLUMNS
+    return SPANS_BASE if spans and key.startswith("inputs.served_logs.") else BASE
+
+
 def _leaf_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     """Every leaf key of the config, dotted; a mapping of sections (`evaluation.runs`) counts
     its value's keys once."""
@@ -149,9 +167,10 @@ def _leaf_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     return keys
 
 
-def _with(key: str, value: Any, base: dict[str, Any] = BASE) -> Config:
-    """BASE with `key` set to `value` (each run of `evaluation.runs` for a run's key)."""
-    raw = copy.deepcopy(base)
+def _with(key: str, value: Any) -> Config:
+    """BASE (SPANS_BASE for a key only spans have) with `key` set to `value` (each run of
+    `evaluation.runs` for a run's key)."""
+    raw = copy.deepcopy(_base_for(key))
     *parents, leaf = key.split(".")
     nodes = [raw]
     for part in parents:
@@ -179,7 +198,7 @@ def test_a_key_that_changes_what_a_day_publishes_changes_the_fingerprint(
 ) -> None:
     """A key the fingerprint left out (a forgotten section, e.g. crowding's; a key deleted
     with the ready marker) would leave published days as the old setting made them."""
-    base = Config.model_validate(BASE)
+    base = Config.model_validate(_base_for(key))
     changed = _with(key, value)
     assert _value(changed, key) != _value(base, key)  # the change took
     assert changed.fingerprint() != base.fingerprint()
@@ -215,6 +234,14 @@ def test_a_config_without_the_later_input_keys_keeps_its_recorded_fingerprint() 
     )
     spelled_out["inputs"]["clusters"]["columns"] = {"cluster_id": None}
     assert Config.model_validate(spelled_out).fingerprint() == recorded
+    # The spans shape's keys (span columns, `spans`) at their defaults leave a mapped config's
+    # fingerprint as it was recorded before them.
+    mapped = copy.deepcopy(BASE)
+    mapped["inputs"]["served_logs"]["columns"] = {"request_id": "qid"}
+    recorded_mapped = "addca55a88c12eda"  # a config mapping request_id, before spans existed
+    assert Config.model_validate(mapped).fingerprint() == recorded_mapped
+    mapped["inputs"]["served_logs"]["spans"] = {"convention": "mlflow"}
+    assert Config.model_validate(mapped).fingerprint() == recorded_mapped
 
 
 def test_the_fingerprint_is_stable_and_short() -> None:

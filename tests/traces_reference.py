@@ -16,8 +16,8 @@ twice once and the copy as a duplicate row.
 - chunk_id = the value at the dotted path `chunk_id` in a document (defaults: `id` for mlflow,
   `document.id` for openinference), a key with dots matched whole (`document.id` in a flattened
   document) and a JSON-text object on the way decoded (OpenInference's `document.metadata`); a
-  string as it is, an integer as its decimal text; missing, null or another type: an entry with
-  chunk_id None (set aside by the rules).
+  string as it is, a number (or a boolean) as its JSON text; missing, null, an object or a
+  list: an entry with chunk_id None (set aside by the rules).
 - No documents (the attribute missing or null, or an empty list) -> an empty list. Documents
   that are not a list -> results None (a malformed row).
 - A span stored twice (same trace and span id) gives two requests: the copy is a duplicate.
@@ -145,13 +145,14 @@ def _lookup(value: Any, parts: Sequence[str]) -> Any:
 
 
 def chunk_id_of(document: Any, path: str) -> str | None:
-    """The chunk id at `path` in a document: text, an integer's decimal text, else None."""
-    found = _lookup(document, path.split("."))
+    """The chunk id at `path` in a document: text as it is, a number (or a boolean) as its JSON
+    text; an object, a list, null or nothing there: None."""
+    found = _as_object(_lookup(document, path.split(".")))
+    if found is _MISSING or found is None or isinstance(found, Mapping | list):
+        return None
     if isinstance(found, str):
         return found
-    if isinstance(found, int) and not isinstance(found, bool):
-        return str(found)
-    return None
+    return json.dumps(found)
 
 
 def _span_attributes(row: Mapping[str, Any]) -> Mapping[str, Any]:

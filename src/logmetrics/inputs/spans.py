@@ -60,7 +60,8 @@ SPAN_NAME = "name"
 """A segment of this name is the span's own name."""
 TRACE_ID = "trace_id"
 """Carried beside a request into the contract's rows: a quarantined one keeps its trace."""
-_DEPTH = 5  # levels of an OTLP array or key-value list turned into JSON text
+_DEPTH = 4  # levels of an OTLP array or key-value list turned into JSON: documents, their
+# fields, a field's fields (metadata.chunk_id), a value
 _BASE64_ID = r"^[A-Za-z0-9+/]{10,}={0,2}$"
 
 
@@ -92,9 +93,10 @@ class Attributes:
             "attributes as a map of strings, a struct, JSON text or a VARIANT"
         )
 
-    def value(self, key: str) -> Column:
+    def value(self, key: str, deep: bool = False) -> Column:
         """The attribute `key` as text: a string as itself, anything else as its JSON text;
-        null where the span has none."""
+        null where the span has none. An OTLP array or key-value list is turned into JSON
+        only when `deep` (the documents): elsewhere it stays the AnyValue's own JSON."""
         column = _quoted(self.column)
         if self.kind == "map":
             return _as_text(F.element_at(column, F.lit(key)), self.values)
@@ -109,12 +111,12 @@ class Attributes:
             found = [
                 F.get_json_object(column, path)
                 if self.kind == "json"
-                else F.expr(f"try_variant_get({_sql(self.column)}, '{path}', 'string')")
+                else F.expr(f"try_variant_get({_sql(self.column)}, \"{path}\", 'string')")
                 for path in paths
             ]
             return F.coalesce(*found) if len(found) > 1 else found[0]
         matching = F.filter(column, lambda kv: kv["key"] == F.lit(key))
-        return any_value_text(F.get(matching, 0)["value"])
+        return any_value_text(F.get(matching, 0)["value"], deep)
 
     def entries(self) -> Column:
         """Every attribute as (key, text): array<struct<key, value>>."""
@@ -249,9 +251,10 @@ def spans_to_contract(
     document = _document_reader(settings.chunk_id_path(), settings.tokens)
     tokens = settings.tokens is not None
     if settings.convention == "mlflow":
-        results = _listed_documents(plan.attributes.value(MLFLOW_DOCUMENTS), document, tokens)
+        documents = plan.attributes.value(MLFLOW_DOCUMENTS, deep=True)
+        results = _listed_documents(documents, document, tokens)
     else:
-        listed = plan.attributes.value(OPENINFERENCE_DOCUMENTS)
+        listed = plan.attributes.value(OPENINFERENCE_DOCUMENTS, deep=True)
         results = F.when(listed.isNull(), _flattened_documents(plan, settings)).otherwise(
             _listed_documents(listed, document, tokens)
         )
@@ -283,7 +286,7 @@ def spans_json_schema(source: ServedLogsInput) -> StructType:
     names = source.columns
     return StructType(
         [
-            StructField(getattr(names, column) or column, StringType())
+            StructField(getattr(names, column, None) or column, StringType())
             for column in (*SPAN_COLUMNS, "parent_span_id", "end_time_unix_nano")
         ]
     )
@@ -454,16 +457,21 @@ def unquoted(text: Column) -> Column:
 # --- OTLP AnyValues as text -------------------------------------------------------------------
 
 
-def any_value_text(value: Column) -> Column:
+def any_value_text(value: Column, deep: bool = False) -> Column:
     """An OTLP `AnyValue` (`otlp.ANY_VALUE`) as text: a string as itself, a number or a boolean
-    as its JSON text, an array or a key-value list as JSON (to a few levels)."""
+    as its JSON text; an array or a key-value list as JSON (to a few levels) when `deep`, else
+    as its AnyValue JSON (no attribute but the documents is read into)."""
+    nested = (
+        [_array_json(value["arrayValue"], _DEPTH), _kvlist_json(value["kvlistValue"], _DEPTH)]
+        if deep
+        else [value["arrayValue"], value["kvlistValue"]]
+    )
     return F.coalesce(
         value["stringValue"],
         value["intValue"],
         value["doubleValue"],
         value["boolValue"],
-        _array_json(value["arrayValue"], _DEPTH),
-        _kvlist_json(value["kvlistValue"], _DEPTH),
+        *nested,
         value["bytesValue"],
     )
 
@@ -550,10 +558,11 @@ def sampled_documents(spans_df: DataFrame, plan: SpansPlan, convention: str) -> 
     JSON text (a flattened document as one object of its fields). For `check_sample`."""
     other = next(c for c in KIND_ATTRIBUTE if c != convention)
     if convention == "mlflow":
-        documents = F.from_json(unquoted(plan.attributes.value(MLFLOW_DOCUMENTS)), "array<string>")
+        listed = unquoted(plan.attributes.value(MLFLOW_DOCUMENTS, deep=True))
+        documents = F.from_json(listed, "array<string>")
     else:
         listed = F.from_json(
-            unquoted(plan.attributes.value(OPENINFERENCE_DOCUMENTS)), "array<string>"
+            unquoted(plan.attributes.value(OPENINFERENCE_DOCUMENTS, deep=True)), "array<string>"
         )
         flat = F.filter(plan.attributes.entries(), lambda e: e["key"].rlike(_FLATTENED))
         documents = F.coalesce(listed, _flattened_objects(flat))
