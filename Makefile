@@ -54,7 +54,8 @@ s3-faults: s3-server
 # test` keeps one reference test on plain Spark: tests/test_log_shapes.py's property test, every
 # log shape and mapping against the reference. `make test-reference`: REFERENCE_TESTS and
 # WHOLE_RUN_TESTS on plain Spark.
-REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_hostile.py
+REFERENCE_TESTS := tests/test_properties.py tests/test_end_to_end.py tests/test_hostile.py \
+	tests/test_traces_end_to_end.py
 # The README as a stranger runs it (`logmetrics demo`: 600,000 served rows, then every command
 # the README shows) and the alerts found on 45,000 generated requests, each row against the
 # independent rule: on the engine a user's run starts, Comet. 358 and 148 s of the 1892 s of

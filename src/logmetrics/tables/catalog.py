@@ -247,7 +247,13 @@ def _conformed_columns(schema: StructType) -> tuple[Column, ...]:
     """`conform`'s columns, built once per schema: a column expression is not bound to a
     DataFrame, and building one costs about a dozen calls into the JVM (the cast's type crosses
     as JSON), some 3,000 for a run's writes, where the select now costs one per column."""
-    return tuple(F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields)
+    return tuple(_column(f.name).cast(f.dataType).alias(f.name) for f in schema.fields)
+
+
+def _column(name: str) -> Column:
+    """The column called `name`, whatever characters it has (a segment column `service.name`
+    is not a nested field)."""
+    return F.col("`" + name.replace("`", "``") + "`")
 
 
 _ENSURED: set[str] = set()
@@ -567,7 +573,7 @@ def one_file_per_partition(
     dates written), at most `spark.sql.shuffle.partitions` when that is a number (Databricks
     also takes `auto`). Only the table's own columns cross the shuffle: the provenance columns
     are constants, added after it."""
-    rows = df.select(*[c for c in df.columns if c in table.schema.names])
+    rows = df.select(*[_column(c) for c in df.columns if c in table.schema.names])
     if not table.partition_by:
         return rows.coalesce(1)
     setting = str(spark.conf.get("spark.sql.shuffle.partitions") or "")
