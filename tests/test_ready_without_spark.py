@@ -91,7 +91,12 @@ CASES = [
     ("json", "nested", "dated"),
     ("json", "ids", "one"),
     ("json", "exploded", "dated"),
+    ("parquet", "spans", "dated"),  # MLflow's spans: the start's INT64 nanoseconds
+    ("otlp", "spans", "one"),  # OpenInference's spans as an OpenTelemetry Collector exports them
 ]
+# Three requests a trace each: MLflow's of five spans (agent, tool, retriever, reranker, LLM),
+# OpenInference's of four (chain, retriever, reranker, LLM).
+SPANS_ON_DAY = {"parquet": 3 * 5, "otlp": 3 * 4}
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +106,12 @@ def configs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     found = {}
     for fmt, shape, layout in CASES:
         logs = root / f"{fmt}-{shape}"
-        _write(logs, shape, fmt, layout)
         name = f"{fmt}-{shape}"
+        if shape == "spans":
+            _write_spans(logs, fmt)
+            found[name] = _config(root, name, logs, fmt, shape, {})
+            continue
+        _write(logs, shape, fmt, layout)
         found[name] = _config(root, name, logs, fmt, shape, NAMES[shape])
     broken = root / "json-broken"
     _write(broken, "ids", "json", "dated")
@@ -112,6 +121,22 @@ def configs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     typo = {**NAMES["ids"], "served_at": "tss"}
     found["json-typo"] = _config(root, "json-typo", root / "json-ids", "json", "ids", typo)
     return found
+
+
+def _write_spans(root: Path, fmt: str) -> None:
+    """Three requests on DAY as traces the real SDKs make: MLflow's as a Parquet spans table in
+    date partitions, OpenInference's as one OTLP/JSON file."""
+    import traces_sdk
+
+    requests = traces_sdk.sample_requests(3, dt.datetime.combine(DAY, dt.time(9), dt.UTC))
+    if fmt == "otlp":
+        root.mkdir(parents=True)
+        lines = traces_sdk.openinference_traces(requests).otlp_lines()
+        (root / "traces.jsonl").write_text("\n".join(lines) + "\n")
+        return
+    (root / f"date={DAY}").mkdir(parents=True)
+    rows = traces_sdk.mlflow_traces(requests).rows()
+    pq.write_table(traces_sdk.spans_table(rows), root / f"date={DAY}" / "part-0.parquet")
 
 
 def _config(
@@ -204,8 +229,10 @@ def _check(answers: list[Any]) -> None:
         assert (status, err) == (0, ""), (fmt, shape)
         assert out.startswith(f"{DAY}: ready (no ready marker configured"), (fmt, shape, out)
         rows = 5 if shape == "exploded" else 3  # q1's three results, q2's one, q3's null row
-        counted = "rows of it in them" if fmt == "json" else "rows in them by their footers"
-        if fmt == "json":  # the lines of the day, whatever file they are in
+        if shape == "spans":
+            rows = SPANS_ON_DAY[fmt]  # every span starting on the day, of any kind
+        counted = "rows in them by their footers" if fmt == "parquet" else "rows of it in them"
+        if fmt != "parquet" or shape == "spans":  # the rows of the day, whatever file holds them
             assert f"{rows} {counted}" in out, (fmt, shape, out)
         status, out, err = next(by_case)
         assert status == 5 and out == "", (fmt, shape)
