@@ -22,6 +22,8 @@
    (`benchmarks.object_storage`, `--repeats` rounds), and a skip of a done day on S3.
 9. The 90 days of top-10 lists renamed and exploded (`benchmarks.log_shapes`, `--repeats`
    rounds): each against the contract's own shape, and that against the code before shapes.
+10. The same 90 days kept as MLflow traces, a spans table in Delta and OTLP/JSON lines
+   (`benchmarks.traces`, `--repeats` rounds), against the requests they hold, nested.
 Exit 1 if a run failed or an output differs from the reference.
 """
 
@@ -47,6 +49,7 @@ from benchmarks import (
     measure,
     object_storage,
     report,
+    traces,
 )
 from benchmarks.datasets import (
     REPO,
@@ -391,11 +394,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(object_storage.record(on_s3, args.results, args.readme))
     shapes = log_shapes.run(argparse.Namespace(**{**vars(args), "rounds": args.repeats}))
     print(log_shapes.record(shapes, args.results, args.readme))
+    spans = traces.run(argparse.Namespace(**{**vars(args), "rounds": args.repeats}))
+    print(traces.record(spans, args.results, args.readme))
     failed = [f"{r.workload} {r.engine}" for r in records if not r.ok]
     failed += [label for label, summary in fixed["checkouts"].items() if not summary["ok"]]
     failed += [] if big_clusters.ok(big) else ["big-clusters"]
     failed += [] if object_storage.ok(on_s3) else ["object-storage"]
     failed += [] if log_shapes.ok(shapes) else ["log-shapes"]
+    failed += [] if traces.ok(spans) else ["traces"]
     wrong = [name for name, verdict in checks.items() if not verdict.get("ok")]
     if failed or wrong or not checks:
         log.error("failed runs: %s; outputs differing from the reference: %s", failed, wrong)
