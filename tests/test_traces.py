@@ -266,7 +266,7 @@ def test_spans_files_place_their_days_as_the_narrow_pass_does(
     """A Parquet spans table's footers (the start's INT64 nanoseconds) and an OTLP export's start
     times (read with pyarrow) put the same files on the same days as Spark's narrow pass."""
     from logmetrics.config import Config
-    from logmetrics.flows import inputs as inputs_flow
+    from logmetrics.inputs import narrow_pass as inputs_flow
     from logmetrics.inputs.days import footer_day_inputs, json_day_files
 
     made = traces["mlflow"]

@@ -14,9 +14,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from logmetrics.config import ClustersInput, Config, InputsConfig, OutputConfig, ServedLogsInput
-from logmetrics.flows import inputs
-from logmetrics.flows.inputs import day_inputs
+from logmetrics.inputs import narrow_pass as inputs
 from logmetrics.inputs.footers import footer_days
+from logmetrics.inputs.narrow_pass import day_inputs
 
 START, END = dt.date(2026, 3, 1), dt.date(2026, 3, 3)
 

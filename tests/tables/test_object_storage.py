@@ -21,9 +21,9 @@ from pyspark.sql import functions as F
 from logmetrics import storage
 from logmetrics.cli import main
 from logmetrics.config import Config, OutputConfig, ServedLogsInput
-from logmetrics.flows import inputs as inputs_flow
 from logmetrics.flows.keys import KEEP_KEYS_MIN_CHUNKS, kept_keys, start_cluster_keys
 from logmetrics.flows.side_steps import SideSteps
+from logmetrics.inputs import narrow_pass as inputs_flow
 from logmetrics.inputs.clusters import clusters_state, read_clusters
 from logmetrics.inputs.files import date_partition_column
 from logmetrics.inputs.footers import footer_days

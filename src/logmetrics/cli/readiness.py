@@ -93,7 +93,7 @@ def _day_files(config: Config, day: dt.date) -> tuple[DayFiles, list[CorruptInpu
         stop_on_corrupt(source, from_lines[1], stopping)
         return from_lines
     from logmetrics.flows.backfill import scan_ahead
-    from logmetrics.flows.inputs import day_files
+    from logmetrics.inputs.narrow_pass import day_files
 
     unreadable = [] if scan_needs_spark(source) else scan_ahead(None, config, [day])
     unreadable = [c for c in unreadable if c.days([day])]

@@ -39,7 +39,6 @@ from logmetrics.flows.calibration import (
 )
 from logmetrics.flows.chunk import Chunk, DayResult, Writing, chunk_tables
 from logmetrics.flows.history import PublishedDaily, published_before
-from logmetrics.flows.inputs import day_inputs
 from logmetrics.flows.keys import (
     HashCollision,
     first_plan,
@@ -60,6 +59,7 @@ from logmetrics.inputs.damaged import CorruptInput, stop_on_corrupt
 from logmetrics.inputs.days import NO_LOG_FILES, DayInputs, footer_day_inputs
 from logmetrics.inputs.files import date_partition_column
 from logmetrics.inputs.footers import footer_days
+from logmetrics.inputs.narrow_pass import day_inputs
 from logmetrics.inputs.scan import scan_served_logs, undated_rows
 from logmetrics.inputs.served_logs import check_retrieval_spans
 from logmetrics.phases import Phases
@@ -536,7 +536,7 @@ def answer_without_spark(
 ) -> RunSummary | None:
     """`run_range`'s summary when the run has no day to compute (every day done from the same
     inputs and config, or not ready), found without Spark: the days' states from the log
-    files' footers (`flows.inputs.footer_day_inputs`), the ledger and the cluster table's
+    files' footers (`inputs.days.footer_day_inputs`), the ledger and the cluster table's
     version read with delta-rs (`tables.delta_rs`). None when there is a day to compute, or
     anything cannot be known that way (`--force`, unreadable log files, a calibration table,
     logs, ledger or cluster table on a store with no reader here): Spark then answers.

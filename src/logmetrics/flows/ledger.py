@@ -2,7 +2,7 @@
 
 Append-only (appends never conflict between concurrent runs): a `started` row per day when the
 run begins it, and a `published`, `held`, `failed` or `interrupted` row once the day is done or
-the run stopped. Each row records the day's own inputs (`flows.inputs`: its log files and the
+the run stopped. Each row records the day's own inputs (`inputs.days`: its log files and the
 cluster table's state), the config fingerprint, and why the day was computed. A day is computed
 again exactly when its latest finished row is `failed` or `interrupted` (or it has none: a kill
 before the write), or when its log files, the

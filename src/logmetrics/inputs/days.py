@@ -1,7 +1,7 @@
 """Which log files hold each day's rows, and the state of a day's inputs the ledger records, as
 far as the files themselves say it, without Spark or PySpark: Parquet files placed by their
 footers (`inputs.footers`), JSON lines by their served_at text (`inputs.json_lines`). Where
-they cannot say, the run's narrow pass (`flows.inputs`) reads the rows.
+they cannot say, the run's narrow pass (`inputs.narrow_pass`) reads the rows.
 
 A day's state is the set of log files holding its rows (path, size and modification time; for
 a Delta table its data files, named uniquely by the commit that wrote them), the unreadable

@@ -1,11 +1,11 @@
 """The days each Parquet log file holds rows of, read from its footer: the narrow pass's answer
-for a file without reading a row of it (`flows.inputs`). Local files and files on S3 are read
+for a file without reading a row of it (`inputs.days`). Local files and files on S3 are read
 alike (`storage`: a footer is two small ranged reads on S3, read side by side); the
 logs on a store logmetrics has no reader for are left to the narrow pass.
 
 A footer keeps, for every row group, the smallest and the largest `served_at` and how many are
 null. A file is **placed** from them when the answer is certain, and exactly what the narrow
-pass over its rows would say (`rules.per_request.day_file_states`, the reader's rules in
+pass over its rows would say (`inputs.narrow_pass.day_file_states`, the reader's rules in
 `sources`):
 - a row group whose served_at values span one UTC day, or two consecutive days (its minimum
   and its maximum are rows, so both days hold one), places the file on those days;

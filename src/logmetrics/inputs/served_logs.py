@@ -85,7 +85,7 @@ def read_served_logs(
     corrupt ones `file_scan` found, when they are quarantined) are left out, and JSON lines
     that do not parse are dropped here: `file_scan` has already failed the run or quarantined
     them. Without `copies`, exploded logs keep their row per result (a pass that needs only
-    served_at and the files, `rules.per_request.day_file_states`).
+    served_at and the files, `inputs.narrow_pass.day_file_states`).
     """
     what = source.described
     if source.location is not None:

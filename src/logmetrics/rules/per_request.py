@@ -78,25 +78,6 @@ def _metric_date(logs_df: DataFrame) -> Column:
     return metric_date
 
 
-def day_file_states(logs_df: DataFrame) -> DataFrame:
-    """(metric_date, files): per day, the files that hold its rows (the day placed as
-    `with_row_status` places it), each as `path|size|modification time`. A narrow pass: it reads
-    `served_at` (and the date partition) only, and Spark's `_metadata` of each file; for a Delta
-    table, its data files, whose names are unique to the commit that wrote them. The rows are
-    made distinct on the raw columns first, so the file's text is built once per (day, file),
-    not once per row."""
-    files = logs_df.select(
-        _metric_date(logs_df).alias("metric_date"),
-        F.col("_metadata.file_path").alias("path"),
-        F.col("_metadata.file_size").alias("size"),
-        F.col("_metadata.file_modification_time").alias("mtime"),
-    ).distinct()
-    file_state = F.concat_ws(
-        "|", "path", F.col("size").cast("string"), F.col("mtime").cast("string")
-    )
-    return files.groupBy("metric_date").agg(F.collect_list(file_state).alias("files"))
-
-
 def column(name: str) -> Column:
     """The column called `name`, whatever characters it has (`a.b` is not a nested field)."""
     return F.col("`" + name.replace("`", "``") + "`")
