@@ -321,3 +321,20 @@ def test_the_spans_examples_configs_are_valid() -> None:
         "metadata.chunk_id",
     )
     assert config.metrics.segment_by == ("service.name",)
+
+
+def test_a_documents_token_count_prices_its_slot(spark: SparkSession, tmp_path: Path) -> None:
+    """`spans.tokens` names where a document carries its prompt tokens: each top slot's tokens
+    are that document's (a document without it: null, priced by cost.tokens_per_slot)."""
+    served = dt.datetime(2026, 11, 30, 12, tzinfo=dt.UTC)
+    documents = [
+        {"id": "chunk-01", "page_content": "a", "metadata": {"tokens": 120}},
+        {"id": "chunk-02", "page_content": "b", "metadata": {"tokens": 80.6}},
+        {"id": "chunk-03", "page_content": "c", "metadata": {}},
+    ]
+    made = traces_sdk.mlflow_traces([traces_sdk.Request(served, documents)])
+    config, _ = _stored(spark, made, "parquet-map", tmp_path / "spans")
+    config["spans"]["tokens"] = "metadata.tokens"
+    requests_df = _requests_df(spark, config, _clusters(made))
+    (row,) = requests_df.select("request_id", "slot_tokens").collect()
+    assert (row.request_id, row.slot_tokens) == (made.retrieval_span_ids[0], [120, 81, None])
