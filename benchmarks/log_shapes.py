@@ -29,7 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -205,22 +205,39 @@ def _before_source(commit: str, out_dir: Path) -> Path:
 
 
 def time_rounds(
-    dataset: Dataset, shapes: dict[str, Path], out_dir: Path, rounds: int, before: Path
+    dataset: Dataset,
+    shapes: dict[str, Path],
+    out_dir: Path,
+    rounds: int,
+    before: Path,
 ) -> list[dict[str, Any]]:
-    workload = Workload("top10-90d", dataset, SPEC.days)
-    engines = _engines(shapes)
+    def command(kind: str, run_dir: Path) -> tuple[list[str], dict[str, str] | None]:
+        command = _engines(shapes)[kind].prepare(Workload("top10-90d", dataset, SPEC.days), run_dir)
+        if kind != "nested-before":
+            return command, None
+        command = [sys.executable, "-m", "logmetrics.cli", *command[1:]]
+        return command, {**os.environ, "PYTHONPATH": str(before)}
+
+    return alternating_rounds(KINDS, rounds, out_dir, command)
+
+
+def alternating_rounds(
+    kinds: Sequence[str],
+    rounds: int,
+    out_dir: Path,
+    command: Callable[[str, Path], tuple[list[str], dict[str, str] | None]],
+) -> list[dict[str, Any]]:
+    """`rounds` rounds of one process per kind (`command(kind, run_dir)`: its argument list and
+    environment), the order flipped each round: each run's wall time and the peak PSS of its
+    process tree."""
     runs = []
     for round_ in range(rounds):
-        order = list(KINDS) if round_ % 2 == 0 else list(reversed(KINDS))
+        order = list(kinds) if round_ % 2 == 0 else list(reversed(kinds))
         for kind in order:
             run_dir = out_dir / kind
-            command = engines[kind].prepare(workload, run_dir)
-            env = None
-            if kind == "nested-before":
-                command = [sys.executable, "-m", "logmetrics.cli", *command[1:]]
-                env = {**os.environ, "PYTHONPATH": str(before)}
+            argv, env = command(kind, run_dir)
             measured = run_measured(
-                command, log=run_dir / "run.log", env=env, cwd=REPO, timeout_s=3600
+                argv, log=run_dir / "run.log", env=env, cwd=REPO, timeout_s=3600
             )
             runs.append(
                 {
@@ -243,30 +260,38 @@ def time_rounds(
     return runs
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians per kind, and the medians of the rounds' ratios against nested."""
+def summarize(
+    runs: list[dict[str, Any]],
+    kinds: Sequence[str] = KINDS,
+    pairs: dict[str, tuple[str, str]] | None = None,
+    targets: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """Medians per kind, and the medians of the rounds' ratios `pairs` (name: (a, b), a / b;
+    the renamed and exploded shapes against nested and nested against nested-before)."""
+    if pairs is None:
+        pairs = {
+            "renamed": ("renamed", "nested"),
+            "exploded": ("exploded", "nested"),
+            "nested / nested-before": ("nested", "nested-before"),
+        }
+    targets = TARGETS if targets is None else targets
     out: dict[str, Any] = {"ok": all(r["ok"] for r in runs), "kinds": {}, "ratios": {}}
     by_round: dict[int, dict[str, float]] = {}
     for r in runs:
         by_round.setdefault(r["round"], {})[r["kind"]] = r["wall_s"]
-    for kind in KINDS:
+    for kind in kinds:
         walls = [r["wall_s"] for r in runs if r["kind"] == kind]
         out["kinds"][kind] = {
             "wall_s": round(statistics.median(walls), 1),
             "wall_s_all": walls,
             "peak_tree_pss_gib": max(r["peak_tree_pss_gib"] for r in runs if r["kind"] == kind),
         }
-    pairs = {
-        "renamed": ("renamed", "nested"),
-        "exploded": ("exploded", "nested"),
-        "nested / nested-before": ("nested", "nested-before"),
-    }
     for name, (a, b) in pairs.items():
         ratios = [w[a] / w[b] for w in by_round.values() if a in w and b in w]
         out["ratios"][name] = {
             "median": round(statistics.median(ratios), 3),
             "all": [round(x, 3) for x in ratios],
-            "target": TARGETS.get(name),
+            "target": targets.get(name),
         }
     return out
 
@@ -303,13 +328,18 @@ def check_outputs(
     return run_check(comparisons, out_dir, REPO)
 
 
-def markdown(results: dict[str, Any]) -> str:
+def markdown(
+    results: dict[str, Any],
+    data: str = "the 90 days of top-10 lists (35.9M served results)",
+) -> str:
+    """The section: when and where, each kind's medians, the ratios, the checks."""
     summary = results["summary"]
+    runs = {2: "two", 3: "three", 4: "four"}.get(len(summary["kinds"]), str(len(summary["kinds"])))
     lines = [
         f"Measured {results['generated_at']} on {results['machine_line']}, commit "
-        f"{results['commit']}: `logmetrics backfill` of the 90 days of top-10 lists (35.9M "
-        f"served results), medians of {results['parameters']['rounds']} rounds (the four runs "
-        "in turn, the order flipped each round), peak PSS of the process tree.",
+        f"{results['commit']}: `logmetrics backfill` of {data}, medians of "
+        f"{results['parameters']['rounds']} rounds (the {runs} runs in turn, the order flipped "
+        "each round), peak PSS of the process tree.",
         "",
         "| logs | wall | peak PSS |",
         "|---|---:|---:|",

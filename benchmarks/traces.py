@@ -28,7 +28,6 @@ import datetime as dt
 import hashlib
 import json
 import logging
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,8 +39,10 @@ from benchmarks import machine, report
 from benchmarks.big_clusters import stage_args
 from benchmarks.datasets import REPO, Dataset, ensure_dataset
 from benchmarks.engines import Logmetrics, Workload, fresh_dir
-from benchmarks.log_shapes import SPEC
-from benchmarks.measure import run_check, run_measured
+from benchmarks.log_shapes import SPEC, alternating_rounds, ok
+from benchmarks.log_shapes import markdown as shapes_markdown
+from benchmarks.log_shapes import summarize as summarize_rounds
+from benchmarks.measure import run_check
 
 log = logging.getLogger("benchmarks")
 
@@ -269,59 +270,18 @@ def time_rounds(
 ) -> list[dict[str, Any]]:
     workload = Workload("top10-90d", dataset, SPEC.days)
     engines = _engines(made)
-    runs = []
-    for round_ in range(rounds):
-        order = list(KINDS) if round_ % 2 == 0 else list(reversed(KINDS))
-        for kind in order:
-            run_dir = out_dir / kind
-            measured = run_measured(
-                engines[kind].prepare(workload, run_dir),
-                log=run_dir / "run.log",
-                cwd=REPO,
-                timeout_s=3600,
-            )
-            runs.append(
-                {
-                    "round": round_,
-                    "kind": kind,
-                    "ok": measured.ok,
-                    "exit_code": measured.exit_code,
-                    "wall_s": measured.wall_s,
-                    "peak_tree_pss_gib": round(measured.peak_tree_pss / report.GIB, 3),
-                }
-            )
-            log.info(
-                "round %d/%d %s: %s %.1f s",
-                round_ + 1,
-                rounds,
-                kind,
-                "ok" if measured.ok else f"FAILED (exit {measured.exit_code}, {measured.log})",
-                measured.wall_s,
-            )
-    return runs
+    return alternating_rounds(
+        KINDS,
+        rounds,
+        out_dir,
+        lambda kind, run_dir: (engines[kind].prepare(workload, run_dir), None),
+    )
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians per kind, and the medians of the rounds' ratios against nested."""
-    out: dict[str, Any] = {"ok": all(r["ok"] for r in runs), "kinds": {}, "ratios": {}}
-    by_round: dict[int, dict[str, float]] = {}
-    for r in runs:
-        by_round.setdefault(r["round"], {})[r["kind"]] = r["wall_s"]
-    for kind in KINDS:
-        walls = [r["wall_s"] for r in runs if r["kind"] == kind]
-        out["kinds"][kind] = {
-            "wall_s": round(statistics.median(walls), 1),
-            "wall_s_all": walls,
-            "peak_tree_pss_gib": max(r["peak_tree_pss_gib"] for r in runs if r["kind"] == kind),
-        }
-    for kind in ("spans-delta", "otlp"):
-        ratios = [w[kind] / w["nested"] for w in by_round.values() if kind in w and "nested" in w]
-        out["ratios"][kind] = {
-            "median": round(statistics.median(ratios), 3),
-            "all": [round(x, 3) for x in ratios],
-            "target": TARGETS[kind],
-        }
-    return out
+    pairs = {kind: (kind, "nested") for kind in ("spans-delta", "otlp")}
+    return summarize_rounds(runs, KINDS, pairs, TARGETS)
 
 
 def check_outputs(out_dir: Path, engines: dict[str, Logmetrics]) -> dict[str, Any]:
@@ -335,29 +295,10 @@ def check_outputs(out_dir: Path, engines: dict[str, Logmetrics]) -> dict[str, An
 
 
 def markdown(results: dict[str, Any]) -> str:
-    summary = results["summary"]
-    lines = [
-        f"Measured {results['generated_at']} on {results['machine_line']}, commit "
-        f"{results['commit']}: `logmetrics backfill` of the 90 days of top-10 lists (3.6M "
-        "requests) kept as MLflow traces (three spans a request), medians of "
-        f"{results['parameters']['rounds']} rounds (the three runs in turn, the order flipped "
-        "each round), peak PSS of the process tree.",
-        "",
-        "| logs | wall | peak PSS |",
-        "|---|---:|---:|",
-    ]
-    for kind, k in summary["kinds"].items():
-        lines.append(f"| {kind} | {k['wall_s']:.1f} s | {k['peak_tree_pss_gib']:.2f} GiB |")
-    lines += ["", "| ratio (median of the rounds') | value | target |", "|---|---:|---:|"]
-    for name, ratio in summary["ratios"].items():
-        lines.append(f"| {name} / nested | {ratio['median']:.3f} | {ratio['target']:.2f} |")
-    checks = results.get("checks", {})
-    if checks:
-        verdicts = ", ".join(
-            f"{name}: {'equal' if v.get('ok') else 'DIFFERENT'}" for name, v in checks.items()
-        )
-        lines += ["", f"Per-query and daily rows against the nested run's: {verdicts}."]
-    return "\n".join(lines) + "\n"
+    return shapes_markdown(
+        results,
+        "the 90 days of top-10 lists (3.6M requests) kept as MLflow traces (three spans a request)",
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -380,11 +321,6 @@ def record(results: dict[str, Any], results_file: Path, readme: Path) -> str:
     return report.record_section(
         results, "traces", markdown(results), results_file, readme, README_MARKERS
     )
-
-
-def ok(results: dict[str, Any]) -> bool:
-    checks = results["checks"]
-    return bool(results["summary"]["ok"] and checks and all(v.get("ok") for v in checks.values()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

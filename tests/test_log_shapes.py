@@ -44,6 +44,7 @@ from pyspark.sql.types import (
 )
 
 import reference
+from doc_blocks import fenced, markdown_rows, section
 from logmetrics.cli import main
 from logmetrics.inputs.layout import LogShape
 from logmetrics.inputs.served_logs import filter_served_between
@@ -733,23 +734,7 @@ INPUTS_DOC = Path(__file__).resolve().parents[1] / "docs" / "inputs.md"
 
 
 def _ubi_section() -> str:
-    text = INPUTS_DOC.read_text()
-    return text.split("### Worked example: an OpenSearch UBI export", 1)[1].split("\n### ", 1)[0]
-
-
-def _fenced(section: str, language: str) -> str:
-    return section.split(f"```{language}\n", 1)[1].split("```", 1)[0]
-
-
-def _markdown_rows(section: str, header: str) -> list[list[str]]:
-    """The rows of the table whose header row is `header` (`| a | b |`)."""
-    lines = section.split(header + "\n", 1)[1].splitlines()[1:]  # after the |---| row
-    rows = []
-    for line in lines:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip("|").split("|")])
-    return rows
+    return section(INPUTS_DOC.read_text(), "Worked example: an OpenSearch UBI export")
 
 
 def test_the_ubi_example_runs_as_written(
@@ -757,25 +742,23 @@ def test_the_ubi_example_runs_as_written(
 ) -> None:
     """The export's lines, the detector's table and the config as docs/inputs.md shows them,
     the command as it gives it: the published rows are the doc's table, and the reference's."""
-    section = _ubi_section()
+    ubi = _ubi_section()
     export = tmp_path / "data" / "ubi" / "ubi_queries" / "export.jsonl"
     export.parent.mkdir(parents=True)
-    export.write_text(_fenced(section, "jsonl"))
-    clusters = [
-        (chunk, group or None) for chunk, group in _markdown_rows(section, "| id | dup_group |")
-    ]
+    export.write_text(fenced(ubi, "jsonl"))
+    clusters = [(chunk, group or None) for chunk, group in markdown_rows(ubi, "| id | dup_group |")]
     _cluster_frame(spark, clusters).write.format("delta").save(str(tmp_path / "data/ubi/clusters"))
-    (tmp_path / "ubi.yaml").write_text(_fenced(section, "yaml"))
+    (tmp_path / "ubi.yaml").write_text(fenced(ubi, "yaml"))
     # The suite's JVM started elsewhere: the config's relative paths, anchored here, in a layer
     # over the doc's file (as tests/test_readme.py does for the shipped config).
-    written = yaml.safe_load(_fenced(section, "yaml"))
+    written = yaml.safe_load(fenced(ubi, "yaml"))
     inputs = {name: {"path": str(tmp_path / s["path"])} for name, s in written["inputs"].items()}
     anchored = {
         "inputs": inputs,
         "output": {"warehouse": str(tmp_path / written["output"]["warehouse"])},
     }
     (tmp_path / "anchored.yaml").write_text(yaml.safe_dump(anchored))
-    command = re.search(r"`(logmetrics backfill --config ubi\.yaml [^`]+)`", section)
+    command = re.search(r"`(logmetrics backfill --config ubi\.yaml [^`]+)`", ubi)
     assert command is not None
     monkeypatch.chdir(tmp_path)
     argv = command.group(1).split()[1:] + ["--config", "anchored.yaml"]
@@ -787,7 +770,7 @@ def test_the_ubi_example_runs_as_written(
     got = sorted((r.request_id, r.k, r.unique_clusters) for r in by_query.collect())
     shown = sorted(
         (request_id, int(k), int(n))
-        for request_id, k, n in _markdown_rows(section, "| request_id | k | unique_clusters |")
+        for request_id, k, n in markdown_rows(ubi, "| request_id | k | unique_clusters |")
     )
     assert got == shown
     lines = [json.loads(line) for line in export.read_text().splitlines()]
@@ -812,8 +795,8 @@ def test_the_databricks_example_is_a_valid_config() -> None:
     schemas, their own column names."""
     from logmetrics.config import Config
 
-    section = INPUTS_DOC.read_text().split("### On Databricks: Unity Catalog tables", 1)[1]
-    config = Config.model_validate(yaml.safe_load(_fenced(section, "yaml")))
+    databricks = INPUTS_DOC.read_text().split("### On Databricks: Unity Catalog tables", 1)[1]
+    config = Config.model_validate(yaml.safe_load(fenced(databricks, "yaml")))
     logs = config.inputs.logs()
     assert (logs.table, logs.by_catalog, logs.columns.results) == (
         "main.serving.retrieval_log",

@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 import reference
 import traces_reference
 import traces_sdk
+from doc_blocks import fenced, markdown_rows, section
 from logmetrics.cli import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.reference]
@@ -266,22 +267,7 @@ INPUTS_DOC = Path(__file__).resolve().parents[1] / "docs" / "inputs.md"
 
 
 def _section() -> str:
-    text = INPUTS_DOC.read_text()
-    return text.split("### An OpenTelemetry Collector's files", 1)[1].split("\n## ", 1)[0]
-
-
-def _fenced(section: str, language: str, nth: int = 0) -> str:
-    return section.split(f"```{language}\n")[nth + 1].split("```", 1)[0]
-
-
-def _markdown_rows(section: str, header: str) -> list[list[str]]:
-    lines = section.split(header + "\n", 1)[1].splitlines()[1:]
-    rows = []
-    for line in lines:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip("|").split("|")])
-    return rows
+    return section(INPUTS_DOC.read_text(), "An OpenTelemetry Collector's files")
 
 
 def test_the_otlp_example_runs_as_written(
@@ -290,22 +276,22 @@ def test_the_otlp_example_runs_as_written(
     """The export's lines, the detector's table, the config and the command as docs/inputs.md
     gives them: the published rows are the doc's table and the reference's; the retry is one
     duplicate row."""
-    section = _section()
+    example = _section()
     export = tmp_path / "data" / "otel" / "traces.jsonl"
     export.parent.mkdir(parents=True)
-    export.write_text(_fenced(section, "jsonl"))
-    clusters = [tuple(row) for row in _markdown_rows(section, "| chunk_id | cluster_id |")]
+    export.write_text(fenced(example, "jsonl"))
+    clusters = [tuple(row) for row in markdown_rows(example, "| chunk_id | cluster_id |")]
     spark.createDataFrame(clusters, "chunk_id string, cluster_id string").write.format(
         "delta"
     ).save(str(tmp_path / "data" / "clusters"))
-    written = yaml.safe_load(_fenced(section, "yaml", 1))
+    written = yaml.safe_load(fenced(example, "yaml", 1))
     anchored = {
         "inputs": {n: {"path": str(tmp_path / s["path"])} for n, s in written["inputs"].items()},
         "output": {"warehouse": str(tmp_path / written["output"]["warehouse"])},
     }
-    (tmp_path / "traces.yaml").write_text(_fenced(section, "yaml", 1))
+    (tmp_path / "traces.yaml").write_text(fenced(example, "yaml", 1))
     (tmp_path / "anchored.yaml").write_text(yaml.safe_dump(anchored))
-    command = re.search(r"`(logmetrics backfill --config traces\.yaml [^`]+)`", section)
+    command = re.search(r"`(logmetrics backfill --config traces\.yaml [^`]+)`", example)
     assert command is not None
     monkeypatch.chdir(tmp_path)
     assert main([*command.group(1).split()[1:], "--config", "anchored.yaml"]) == 0
@@ -315,7 +301,7 @@ def test_the_otlp_example_runs_as_written(
     got = sorted((r.request_id, r.k, r.unique_clusters) for r in by_query.collect())
     shown = sorted(
         (request_id, int(k), int(n))
-        for request_id, k, n in _markdown_rows(section, "| request_id | k | unique_clusters |")
+        for request_id, k, n in markdown_rows(example, "| request_id | k | unique_clusters |")
     )
     assert got == shown
     requests = traces_reference.requests_from_otlp_lines(
