@@ -9,6 +9,7 @@ imports logmetrics: the Airflow venv has none of its dependencies.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import uuid
@@ -186,12 +187,20 @@ def submitted_payload(task: Any, context: Any) -> dict[str, Any]:
     return payload
 
 
-def spark_submit_command(task: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The spark-submit command line the rendered task would run, through its Spark connection."""
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{task._conn_id.upper()}", '{"conn_type": "spark", "host": "yarn"}'
-    )
+def spark_submit_command(
+    task: Any, monkeypatch: pytest.MonkeyPatch, extra: dict[str, str] | None = None
+) -> list[str]:
+    """The spark-submit command line the rendered task would run, through its Spark connection
+    (YARN, and the connection's `extra`)."""
+    connection = {"conn_type": "spark", "host": "yarn", "extra": extra or {}}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{task._conn_id.upper()}", json.dumps(connection))
     return task._get_hook()._build_spark_submit_command(task.application)
+
+
+def confs(command: list[str]) -> dict[str, str]:
+    """The `--conf key=value` pairs of a spark-submit command line."""
+    pairs = (command[i + 1].partition("=") for i, arg in enumerate(command) if arg == "--conf")
+    return {key: value for key, _, value in pairs}
 
 
 def parse_warnings(bag: DagBag) -> list[str]:
@@ -207,6 +216,7 @@ def parse_warnings(bag: DagBag) -> list[str]:
 
 def test_dag_folder_loads_without_errors(dagbag: DagBag) -> None:
     assert dagbag.import_errors == {}
+    assert dagbag.captured_warnings == {}
     assert sorted(dagbag.dag_ids) == ["logmetrics_backfill", "logmetrics_nightly"]
 
 
@@ -588,6 +598,45 @@ def test_spark_submit_takes_delta_from_its_variable(
         task, _ = render(nightly_ti(dags, task_id, dt.date(2026, 3, 14)))
         command = spark_submit_command(task, variables)
         assert command[command.index("--packages") + 1] == "io.delta:delta-spark_2.13:4.0.1"
+
+
+DELTA_CONFS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def test_spark_submit_and_the_jobs_python_come_from_variables(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    """A worker of the README's step 3: the `[local]` extra's spark-submit by its path (the
+    provider holds only the connection's spark-binary extra to names on the PATH) and the
+    venv's Python for the driver and the executors, on every spark-submit task."""
+    spark_submit = "/opt/logmetrics/.venv/lib/python3.11/site-packages/pyspark/bin/spark-submit"
+    python = "/opt/logmetrics/.venv/bin/python"
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_SPARK_SUBMIT", spark_submit)
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_PYTHON", python)
+    python_confs = {"spark.pyspark.driver.python": python, "spark.pyspark.python": python}
+    rendered = [render(nightly_ti(dags, task_id, dt.date(2026, 3, 14)))[0]
+                for task_id in ("spark_submit", "spark_submit_alerts")]  # fmt: skip
+    rendered.append(render(backfill_ti(dags, "spark_submit", RANGE))[0])
+    for task in rendered:
+        command = spark_submit_command(task, variables, extra={"spark-binary": "spark3-submit"})
+        assert command[0] == spark_submit, task.task_id
+        assert confs(command) == {**DELTA_CONFS, **python_confs}, task.task_id
+
+
+def test_without_those_variables_the_connection_and_the_environment_decide(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    """A deployment from before them runs as it did: the connection's spark-binary
+    (`spark-submit` on the PATH unless it names another) and no Python conf, which would
+    override PYSPARK_PYTHON in the worker's environment."""
+    task, _ = render(nightly_ti(dags, "spark_submit", dt.date(2026, 3, 14)))
+    assert spark_submit_command(task, variables)[0] == "spark-submit"
+    command = spark_submit_command(task, variables, extra={"spark-binary": "spark3-submit"})
+    assert command[0] == "spark3-submit"
+    assert confs(command) == DELTA_CONFS
 
 
 def test_manual_nightly_run_computes_the_last_complete_day(

@@ -104,6 +104,8 @@ def test_the_variables_table_is_what_the_dag_reads() -> None:
     for key, default in read.items():
         if default is None:
             assert table[key] == "required", key
+        elif default == "":  # unset: the connection or the environment decides
+            assert table[key].startswith("none: "), (key, table[key])
         elif default != "...":
             assert table[key].startswith(f"`{default}`"), (key, table[key])
     assert read["logmetrics_delta_package"] == string_constants(DAG_FILE)["DELTA_PACKAGE"]

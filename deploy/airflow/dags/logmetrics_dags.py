@@ -4,7 +4,8 @@ What: each DAG renders one `logmetrics` command (`run --config C --date D`, or
 `backfill --config C --start S --end E`) and hands it to Spark, on one of two paths:
 
 - `spark_submit` (default): SparkSubmitOperator runs `jobs/nightly.py` / `jobs/backfill.py` (which
-  prepend `run` / `backfill`) with Delta's jar, through the Spark connection.
+  prepend `run` / `backfill`) with Delta's jar, through the Spark connection; the `spark-submit`
+  and the job's Python are the worker's logmetrics venv's when Variables name them.
 - `databricks`: DatabricksSubmitRunOperator runs the logmetrics wheel as a `python_wheel_task`
   (entry point `logmetrics`, the full argument list) on a new job cluster.
 
@@ -222,10 +223,36 @@ READY_TIMEOUT = 6 * 60 * 60
 
 
 class _SparkSubmit(SparkSubmitOperator):
-    """SparkSubmitOperator whose connection id is rendered too (the provider's is not a template
-    field), so it can come from a Variable like everything else."""
+    """SparkSubmitOperator whose connection id and spark-submit are rendered too (the provider's
+    are not template fields), so they can come from Variables like everything else, and which
+    runs the job's Python on `python` when it is set.
 
-    template_fields = (*SparkSubmitOperator.template_fields, "_conn_id")
+    The operator's `spark_binary` is not held to the provider's list of names on the PATH (that
+    list is for the connection's `spark-binary` extra), so a Variable can name the spark-submit
+    of the `[local]` extra by its path; empty, the connection chooses, as before. `python`
+    becomes spark.pyspark.driver.python and spark.pyspark.python only when it is set: a conf
+    overrides PYSPARK_PYTHON in the worker's environment, which a deployment may rely on.
+    """
+
+    template_fields = (
+        *SparkSubmitOperator.template_fields,
+        "_conn_id",
+        "_spark_binary",
+        "python",
+    )
+
+    def __init__(self, *, python: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.python = python
+
+    def _get_hook(self) -> Any:
+        if self.python:  # rendered by now: the Variable logmetrics_python
+            self.conf = {
+                **(self.conf or {}),
+                "spark.pyspark.driver.python": self.python,
+                "spark.pyspark.python": self.python,
+            }
+        return super()._get_hook()
 
 
 class _WheelSubmitRun(DatabricksSubmitRunOperator):
@@ -304,6 +331,9 @@ def _spark_submit(task_id: str, script: str, args: list[str], name: str, **kwarg
     return _SparkSubmit(
         task_id=task_id,
         conn_id=_var("logmetrics_spark_conn_id", "spark_default"),
+        # Empty by default: the connection's spark-binary (spark-submit on the worker's PATH).
+        spark_binary=_var("logmetrics_spark_submit", ""),
+        python=_var("logmetrics_python", ""),  # empty by default: PYSPARK_PYTHON, or python3
         application=_var("logmetrics_jobs_dir", "jobs") + f"/{script}",
         application_args=args,
         packages=_var("logmetrics_delta_package", DELTA_PACKAGE),
