@@ -10,15 +10,20 @@ the very mistake test_nightly_schedule is there to catch.
 `make test-deploy` sets these too; the defaults let `pytest tests/deploy` run on its own in the
 Airflow venv. In the main venv (no Airflow) they are harmless: test_dags.py is skipped there.
 Run from the Airflow venv with `--confcutdir=tests/deploy`, so that tests/conftest.py (which
-imports pyspark and logmetrics) is not loaded.
+imports pyspark and logmetrics) is not loaded. The tests marked `imports_logmetrics` (they
+import logmetrics in the test's own process: the real command line parser, the config loader)
+run only where logmetrics is, the main venv (`make test`).
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import shutil
 import tempfile
+
+import pytest
 
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 if "AIRFLOW_HOME" not in os.environ:  # never write an airflow.cfg into ~/airflow
@@ -38,3 +43,16 @@ if "AIRFLOW__CORE__DAGS_FOLDER" not in os.environ:
 os.environ.setdefault("AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION", "False")
 # Where the DAGs' Assets say the tables are (their file reads it when it is parsed).
 os.environ.setdefault("LOGMETRICS_TABLES", "s3://logmetrics-tests/warehouse")
+
+HAS_LOGMETRICS = importlib.util.find_spec("logmetrics") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Where logmetrics cannot be imported (the Airflow venv), the tests that import it are
+    left out, said as deselected: the main venv runs them (`make test`)."""
+    if HAS_LOGMETRICS:
+        return
+    kept = [item for item in items if "imports_logmetrics" not in item.keywords]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept

@@ -142,12 +142,10 @@ def test_delta_for_spark_4_0_is_a_variable_with_the_41_jar_as_default() -> None:
     assert variables_set(step(3))["logmetrics_delta_package"] == table["4.0"]
 
 
+@pytest.mark.imports_logmetrics
 def test_the_delta_packages_are_the_tested_pairs_jars() -> None:
     """Each Spark line's package is the jar of the delta-spark its constraints file pins
     (logmetrics.session.delta_package: the main suite)."""
-    pytest.importorskip(
-        "logmetrics", reason="logmetrics is not in this venv: the main suite checks this"
-    )
     from logmetrics.session import delta_package
 
     jars = {}
