@@ -125,10 +125,17 @@ def _build_workers() -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if HAS_AIRFLOW and any(
-        WORKER_FIXTURES & set(getattr(item, "fixturenames", ())) for item in session.items
-    ):
+    if session.config.option.collectonly or not HAS_AIRFLOW:
+        return
+    if any(WORKER_FIXTURES & set(getattr(item, "fixturenames", ())) for item in session.items):
         _build_workers()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The builds no test came to wait for are not started (a run stopped early, `-x`); the
+    one under way, if any, ends before the process does."""
+    for future in _BUILDING.values():
+        future.cancel()
 
 
 def _built(name: str) -> Any:
