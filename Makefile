@@ -208,9 +208,19 @@ clean:
 
 # Not part of `make test` (.ci/run runs it after test-compat).
 # DAG tests for deploy/airflow/dags (+ the bundle checks), in their own venv: Airflow pins clash
-# with the main one. They parse and render the DAGs, then run the backfill and nightly DAGs for
-# real (dag.test(), a SQLite database in the throwaway AIRFLOW_HOME) through .venv's spark-submit
-# on generated logs: hence `install`. Starts local Spark: a couple of minutes on 2 cores.
+# with the main one. They parse and render the DAGs and play deploy/airflow/README.md's first
+# deployment: its `make wheel` (so `install`: the wheel is built from .venv), then its two
+# workers built by its own commands into a temporary folder for /opt/logmetrics, step 3's (the
+# wheel with its `[local]` extra), then step 4's (the wheel alone), in the background while the
+# tests that need neither run (tests/deploy/conftest.py; the summary says what they cost). On
+# them: `logmetrics ready` on both, `run` and `backfill` where there is no PySpark, and the
+# backfill and nightly DAGs for real (`airflow dags test` and dag.test(), a SQLite database in
+# the throwaway AIRFLOW_HOME) through the worker's spark-submit on generated logs. A worker
+# that cannot be built fails its tests: nothing here skips. The 9 tests that import logmetrics
+# in their own process (marked `imports_logmetrics`: the bundle's arguments through the real
+# parser, the uploaded config loaded, the Delta jars of the pinned pairs) are deselected here
+# by tests/deploy/conftest.py, as this venv has no logmetrics; `make test` runs them in .venv.
+# Starts local Spark: a few minutes on 2 cores.
 AF_VENV  := .venv-airflow
 AF_STAMP := $(AF_VENV)/.installed-stamp
 

@@ -34,6 +34,15 @@ def section(text: str, heading: str) -> str:
 
 def commands(text: str, cwd: Path = REPO) -> list[Command]:
     """Every command of `text`'s bash blocks, as the shell splits it, starting in `cwd`."""
+    return _read(text, cwd)[0]
+
+
+def exported(text: str) -> dict[str, str]:
+    """The variables `text`'s bash blocks export, as the shell has them after the last line."""
+    return _read(text, REPO)[1]
+
+
+def _read(text: str, cwd: Path) -> tuple[list[Command], dict[str, str]]:
     env: dict[str, str] = {}
     found = []
     for indent, block in BLOCK.findall(text):
@@ -53,4 +62,4 @@ def commands(text: str, cwd: Path = REPO) -> list[Command]:
                     env[name] = value
             else:
                 found.append(Command(tuple(argv), cwd, dict(env), line.strip()))
-    return found
+    return found, env

@@ -9,6 +9,7 @@ imports logmetrics: the Airflow venv has none of its dependencies.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import uuid
@@ -40,6 +41,11 @@ from airflow.serialization.serialized_objects import DagSerialization
 from airflow.timetables.base import DataInterval, TimeRestriction
 from published import PUBLISHED, downstream_dag_source
 from source_constants import string_constants
+
+# A DAG file's parse warnings are checked where they are kept (DagBag.captured_warnings), not
+# printed again: the DagBag re-emits each under the file's path, which is what this ignores (the
+# warning the file itself raises is attributed to its module and still reaches the DagBag).
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:.*/logmetrics_dags")
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_FOLDER = REPO / "deploy" / "airflow" / "dags"
@@ -181,12 +187,28 @@ def submitted_payload(task: Any, context: Any) -> dict[str, Any]:
     return payload
 
 
-def spark_submit_command(task: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The spark-submit command line the rendered task would run, through its Spark connection."""
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{task._conn_id.upper()}", '{"conn_type": "spark", "host": "yarn"}'
-    )
+def spark_submit_command(
+    task: Any, monkeypatch: pytest.MonkeyPatch, extra: dict[str, str] | None = None
+) -> list[str]:
+    """The spark-submit command line the rendered task would run, through its Spark connection
+    (YARN, and the connection's `extra`)."""
+    connection = {"conn_type": "spark", "host": "yarn", "extra": extra or {}}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{task._conn_id.upper()}", json.dumps(connection))
     return task._get_hook()._build_spark_submit_command(task.application)
+
+
+def confs(command: list[str]) -> dict[str, str]:
+    """The `--conf key=value` pairs of a spark-submit command line."""
+    pairs = (command[i + 1].partition("=") for i, arg in enumerate(command) if arg == "--conf")
+    return {key: value for key, _, value in pairs}
+
+
+def parse_warnings(bag: DagBag) -> list[str]:
+    """What parsing the DAG file warned about, a message a line, as the DagBag captured it
+    (`<file>:<line>: UserWarning: <message>`)."""
+    captured = bag.captured_warnings.get(str(DAG_FOLDER / "logmetrics_dags.py"), ())
+    assert set(bag.captured_warnings) <= {str(DAG_FOLDER / "logmetrics_dags.py")}
+    return [line.split(": UserWarning: ", 1)[1] for line in captured]
 
 
 # --- the DAG folder -------------------------------------------------------------------------
@@ -194,6 +216,7 @@ def spark_submit_command(task: Any, monkeypatch: pytest.MonkeyPatch) -> list[str
 
 def test_dag_folder_loads_without_errors(dagbag: DagBag) -> None:
     assert dagbag.import_errors == {}
+    assert dagbag.captured_warnings == {}
     assert sorted(dagbag.dag_ids) == ["logmetrics_backfill", "logmetrics_nightly"]
 
 
@@ -237,6 +260,8 @@ def test_the_run_tasks_publish_each_table_as_an_asset_named_by_its_location(
     ("tables", "uri"),
     [
         ("file:///srv/logmetrics/warehouse/", "file:///srv/logmetrics/warehouse/unique_clusters_daily"),
+        ("/srv/logmetrics/warehouse", "file:///srv/logmetrics/warehouse/unique_clusters_daily"),
+        ("/srv/log metrics/", "file:///srv/log%20metrics/unique_clusters_daily"),
         ("abfss://c@acct.dfs.core.windows.net/wh", "abfss://c@acct.dfs.core.windows.net/wh/unique_clusters_daily"),
         ("databricks://adb-1.azuredatabricks.net/main/retrieval_metrics",
          "databricks://adb-1.azuredatabricks.net/main/retrieval_metrics/unique_clusters_daily"),
@@ -245,32 +270,102 @@ def test_the_run_tasks_publish_each_table_as_an_asset_named_by_its_location(
 def test_the_assets_follow_where_the_tables_are(
     monkeypatch: pytest.MonkeyPatch, tables: str, uri: str
 ) -> None:
+    """A URI as it is; an absolute path, as `output.warehouse` takes it, as its file:// URI
+    (the form a downstream DAG names it by)."""
     monkeypatch.setenv("LOGMETRICS_TABLES", tables)
     bag = DagBag(dag_folder=str(DAG_FOLDER))
-    assert bag.import_errors == {}
+    assert bag.import_errors == {} and parse_warnings(bag) == []
     assert bag.dags["logmetrics_nightly"].get_task("spark_submit").outlets[1].uri == uri
 
 
-@pytest.mark.parametrize(
-    "tables", [None, "", "warehouse", "/srv/warehouse", "databricks://host/main"]
+TABLES_WANTED = (
+    ", so the run tasks publish no Assets: set it, on the scheduler and the DAG processor, to "
+    "where the config writes the tables: an absolute path or a URI as output.warehouse takes it "
+    "(/srv/logmetrics/warehouse, s3://bucket/warehouse) or "
+    "databricks://<workspace host>/<catalog>/<schema>"
 )
-def test_without_a_tables_uri_the_file_does_not_load_and_says_why(
+
+
+def _loads_without_assets_saying(bag: DagBag, line: str) -> None:
+    """Both DAGs loaded, no task publishes an Asset, and parsing said `line`, once: as the
+    file's one warning and at the end of each DAG's docs."""
+    assert bag.import_errors == {}
+    assert sorted(bag.dag_ids) == ["logmetrics_backfill", "logmetrics_nightly"]
+    assert parse_warnings(bag) == [line]
+    for dag in bag.dags.values():
+        assert all(not task.outlets for task in dag.tasks), dag.dag_id
+        assert dag.doc_md.endswith(f"\n\n**Parse warning:** {line}"), dag.dag_id
+        assert dag.doc_md.count("**Parse warning:**") == 1
+
+
+@pytest.mark.parametrize(
+    "tables",
+    [None, "", "warehouse", "./warehouse", "~/warehouse", "s3://", "s3:/bucket/warehouse",
+     "file://host/srv/warehouse", "databricks://host/main", "databricks://host/main/"],
+)  # fmt: skip
+def test_without_a_tables_location_both_dags_load_with_no_assets_and_say_why(
     monkeypatch: pytest.MonkeyPatch, tables: str | None
 ) -> None:
-    """No location, a relative or scheme-less path, a Databricks URI without its schema: one
-    import error whose last line names the variable and what it takes."""
+    """Unset, a relative or scheme-less path, a URI without its bucket or host, a Databricks URI
+    without its schema: not an import error (the scheduler would lose both DAGs) but one
+    warning line naming the variable and what it takes, and no Assets."""
     if tables is None:
         monkeypatch.delenv("LOGMETRICS_TABLES")
     else:
         monkeypatch.setenv("LOGMETRICS_TABLES", tables)
+    shown = "not set" if not tables else repr(tables)
     bag = DagBag(dag_folder=str(DAG_FOLDER))
-    assert bag.dags == {}
-    (error,) = bag.import_errors.values()
-    assert error.strip().splitlines()[-1] == (
-        f"ValueError: LOGMETRICS_TABLES is {tables!r}: set it, on the scheduler and the DAG "
-        "processor, to where the logmetrics tables are: a warehouse URI (s3://bucket/warehouse, "
-        "file:///srv/logmetrics/warehouse) or databricks://<workspace host>/<catalog>/<schema>"
+    _loads_without_assets_saying(bag, f"LOGMETRICS_TABLES is {shown}{TABLES_WANTED}")
+
+
+def test_a_location_airflow_refuses_as_an_asset_is_a_warning_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOGMETRICS_TABLES", "airflow://host/warehouse")
+    _loads_without_assets_saying(
+        DagBag(dag_folder=str(DAG_FOLDER)),
+        "LOGMETRICS_TABLES is 'airflow://host/warehouse', which Airflow refuses as an Asset's URI "
+        "(Asset scheme 'airflow' is reserved), so the run tasks publish no Assets",
     )
+
+
+# --- the nightly's first day ----------------------------------------------------------------
+
+
+def test_the_start_date_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LOGMETRICS_START_DATE (read when the file is parsed) moves the nightly's first day: the
+    first run catch-up makes covers that day."""
+    monkeypatch.setenv("LOGMETRICS_START_DATE", "2026-03-01")
+    bag = DagBag(dag_folder=str(DAG_FOLDER))
+    assert bag.import_errors == {} and parse_warnings(bag) == []
+    nightly = bag.dags["logmetrics_nightly"]
+    assert nightly.start_date == dt.datetime(2026, 3, 1, tzinfo=UTC)
+    first = coerce_to_core_timetable(nightly.timetable).next_dagrun_info(
+        last_automated_data_interval=None,
+        restriction=TimeRestriction(earliest=nightly.start_date, latest=None, catchup=True),
+    )
+    assert first is not None and first.data_interval.start.date() == dt.date(2026, 3, 1)
+
+
+def test_the_start_date_defaults_to_2026_11_01(dagbag: DagBag) -> None:
+    assert "LOGMETRICS_START_DATE" not in os.environ
+    for dag in dagbag.dags.values():
+        assert dag.start_date == dt.datetime(2026, 11, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("value", ["2026-3-1", "2026-02-30", "20260301", "yesterday"])
+def test_a_malformed_start_date_keeps_the_default_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("LOGMETRICS_START_DATE", value)
+    bag = DagBag(dag_folder=str(DAG_FOLDER))
+    assert bag.import_errors == {}
+    assert parse_warnings(bag) == [
+        f"LOGMETRICS_START_DATE is {value!r}, not a day as YYYY-MM-DD: the nightly DAG starts "
+        "on 2026-11-01, the default"
+    ]
+    assert bag.dags["logmetrics_nightly"].start_date == dt.datetime(2026, 11, 1, tzinfo=UTC)
+    assert len(bag.dags["logmetrics_nightly"].get_task("spark_submit").outlets) == 7
 
 
 def test_the_readmes_downstream_dag_is_scheduled_on_a_table_both_dags_publish(
@@ -503,6 +598,45 @@ def test_spark_submit_takes_delta_from_its_variable(
         task, _ = render(nightly_ti(dags, task_id, dt.date(2026, 3, 14)))
         command = spark_submit_command(task, variables)
         assert command[command.index("--packages") + 1] == "io.delta:delta-spark_2.13:4.0.1"
+
+
+DELTA_CONFS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def test_spark_submit_and_the_jobs_python_come_from_variables(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    """A worker of the README's step 3: the `[local]` extra's spark-submit by its path (the
+    provider holds only the connection's spark-binary extra to names on the PATH) and the
+    venv's Python for the driver and the executors, on every spark-submit task."""
+    spark_submit = "/opt/logmetrics/.venv/lib/python3.11/site-packages/pyspark/bin/spark-submit"
+    python = "/opt/logmetrics/.venv/bin/python"
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_SPARK_SUBMIT", spark_submit)
+    variables.setenv("AIRFLOW_VAR_LOGMETRICS_PYTHON", python)
+    python_confs = {"spark.pyspark.driver.python": python, "spark.pyspark.python": python}
+    rendered = [render(nightly_ti(dags, task_id, dt.date(2026, 3, 14)))[0]
+                for task_id in ("spark_submit", "spark_submit_alerts")]  # fmt: skip
+    rendered.append(render(backfill_ti(dags, "spark_submit", RANGE))[0])
+    for task in rendered:
+        command = spark_submit_command(task, variables, extra={"spark-binary": "spark3-submit"})
+        assert command[0] == spark_submit, task.task_id
+        assert confs(command) == {**DELTA_CONFS, **python_confs}, task.task_id
+
+
+def test_without_those_variables_the_connection_and_the_environment_decide(
+    dags: dict[str, Any], variables: pytest.MonkeyPatch
+) -> None:
+    """A deployment from before them runs as it did: the connection's spark-binary
+    (`spark-submit` on the PATH unless it names another) and no Python conf, which would
+    override PYSPARK_PYTHON in the worker's environment."""
+    task, _ = render(nightly_ti(dags, "spark_submit", dt.date(2026, 3, 14)))
+    assert spark_submit_command(task, variables)[0] == "spark-submit"
+    command = spark_submit_command(task, variables, extra={"spark-binary": "spark3-submit"})
+    assert command[0] == "spark3-submit"
+    assert confs(command) == DELTA_CONFS
 
 
 def test_manual_nightly_run_computes_the_last_complete_day(

@@ -1,17 +1,23 @@
-"""The DAGs run end to end in a real Airflow (`dag.test()`: the scheduler's loop, a SQLite
-metadata database, every task executed), on the spark_submit path: the real `spark-submit` of
-the main venv (.venv, which `make test-deploy` builds first) runs jobs/*.py with local Spark on
-generated logs, into a temporary warehouse.
+"""The DAGs run end to end in a real Airflow (the scheduler's loop, a SQLite metadata database,
+every task executed), on the spark_submit path, on the workers deploy/airflow/README.md installs
+(tests/deploy/conftest.py builds them by the README's own commands, /opt/logmetrics a temporary
+folder) with the Variables its step 3 sets: the `spark-submit` of the `[local]` extra, by its
+path, runs the worker's copy of jobs/*.py on the worker venv's Python, with local Spark on
+generated logs, into a temporary warehouse; the sensor runs the worker's `logmetrics ready`.
 
 One generated history of five days (600 queries a day, over alerts.min_queries), the last day a
 planted regression (every query repeats more: fewer distinct clusters); one warehouse for all.
 The config expects a `_SUCCESS` marker in each day's partition, and every day but day 4 has one:
-1. `logmetrics_backfill` publishes the first three days (the baseline);
-2. `logmetrics_nightly` for day 4, a quiet day whose marker is missing: the sensor pokes (the
-   real `logmetrics ready` exits 5) and is rescheduled until the marker appears, then the run and
-   its alerts task succeed;
-3. `logmetrics_nightly` for day 5, the regression: the run succeeds (the day is published), the
-   alerts task exits 4 and fails the DAG run, once: it has no retries.
+1. `logmetrics_backfill` publishes the first three days (the baseline), run as an operator
+   would, by Airflow's command line (`airflow dags test`, in a process of its own);
+2. `logmetrics_nightly` for day 4, a quiet day whose marker is missing (`dag.test()`, in this
+   process, to count the pokes): the sensor pokes (the real `logmetrics ready` exits 5) and is
+   rescheduled until the marker appears, then the run and its alerts task succeed;
+3. `logmetrics_nightly` for day 5, the regression, on a worker whose Spark is not its own (step
+   3's other form: the wheel without the extra, its driver given PySpark by a `spark-submit` from
+   elsewhere, here the `[local]` worker's standing in for a cluster's; its sensor the wheel
+   without PySpark, step 4's): the run succeeds (the day is published), the alerts task exits 4
+   and fails the DAG run, once: it has no retries.
 Steps 1 and 2 are module fixtures (`baseline`, `quiet`, the second built on the first) that
 keep what their run left, so each test runs alone, or in any order, and sees the same.
 
@@ -24,7 +30,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,52 +43,55 @@ pytest.importorskip("airflow", reason="DAG tests run in the Airflow venv: make t
 
 import pyarrow.parquet as pq
 from airflow.dag_processing.dagbag import DagBag
+from airflow_readme import Worker
 from published import DAG_ID, PUBLISHED, downstream_dag_source
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_FOLDER = REPO / "deploy" / "airflow" / "dags"
-VENV_BIN = REPO / ".venv" / "bin"
+AIRFLOW = Path(sys.executable).parent / "airflow"  # the Airflow venv's command line
 UTC = dt.UTC
 DAYS = [dt.date(2026, 11, 10) + dt.timedelta(days=i) for i in range(5)]
 QUIET, REGRESSED = DAYS[3], DAYS[4]
 MARKER = "_SUCCESS"
 # The sensor's wait in these runs: a poke a second (dag.test() checks for due tasks every second).
 FAST_POKES = {"ready_poke_interval_seconds": 1, "ready_timeout_seconds": 300}
-# Local Spark under spark-submit, tuned like the test suite's session (tests/suite_session.py).
+# Local Spark under spark-submit, tuned like the test suite's session (tests/suite_session.py's
+# TEST_CONF and INTERPRETED, written out: this venv has no logmetrics to import them from): one
+# task, no compression, no generated code, no Delta checksum or file statistics.
 FAST_SPARK = {
     "spark.sql.shuffle.partitions": "1",
     "spark.default.parallelism": "1",
     "spark.sql.adaptive.enabled": "false",
     "spark.databricks.delta.snapshotPartitions": "1",
+    "spark.sql.catalogImplementation": "in-memory",
+    "spark.rdd.compress": "false",
+    "spark.shuffle.compress": "false",
+    "spark.databricks.delta.writeChecksumFile.enabled": "false",
+    "spark.databricks.delta.stats.collect": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
 }
 
 
-def _main_venv(command: str, *args: str) -> str:
-    if not (VENV_BIN / "spark-submit").exists():
-        pytest.fail(
-            f"{VENV_BIN} has no spark-submit: `make install` builds it (make test-deploy does)"
-        )
-    done = subprocess.run(
-        [str(VENV_BIN / command), *args], check=True, capture_output=True, text=True
-    )
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    """Generated logs, the job's config, Spark's conf dir and the Airflow environment; the
-    metadata database is created once."""
+def world(
+    tmp_path_factory: pytest.TempPathFactory, spark_worker: Worker
+) -> Iterator[dict[str, Path]]:
+    """Generated logs, the job's config, Spark's conf dir and the Airflow environment: the
+    Variables step 3 sets, naming the worker's files, but the config (the step says to edit
+    the copy it makes: here it is the run's own); the metadata database is created once."""
     root = tmp_path_factory.mktemp("nightly")
     data, warehouse, spark_conf = root / "data", root / "warehouse", root / "spark-conf"
-    _main_venv(
-        "logmetrics",
+    generated = spark_worker.run(
         *("generate", "--out", str(data), "--start", str(DAYS[0]), "--days", str(len(DAYS))),
         *("--queries-per-day", "600", "--seed", "18", "--clean", "--clusters-format", "parquet"),
         *("--plant", f"{REGRESSED}:0.2"),
+        cwd=root,
     )
+    assert generated.returncode == 0, generated.stdout + generated.stderr
     # The log shipper has finished every day but QUIET.
     for day in DAYS:
         if day != QUIET:
@@ -97,18 +108,16 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
     # What `make cluster-up` gives spark-submit: Delta's jars and settings (from logmetrics, so
     # the pin stays in one place), and the Ivy settings that resolve from Maven Central only.
     spark_conf.mkdir()
-    defaults = _main_venv("python", "-m", "logmetrics.session")
+    defaults = spark_worker.python("-m", "logmetrics.session")
     defaults += "".join(f"{key} {value}\n" for key, value in FAST_SPARK.items())
     (spark_conf / "spark-defaults.conf").write_text(defaults)
 
     environment = {
+        f"AIRFLOW_VAR_{key.upper()}": value for key, value in spark_worker.variables.items()
+    }
+    environment |= {
         "AIRFLOW_VAR_LOGMETRICS_CONFIG": str(config),
-        "AIRFLOW_VAR_LOGMETRICS_JOBS_DIR": str(REPO / "jobs"),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[1]"}),
-        # spark-submit, and the driver's Python with logmetrics installed: the main venv's.
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
-        "PYSPARK_PYTHON": str(VENV_BIN / "python"),
-        "PYSPARK_DRIVER_PYTHON": str(VENV_BIN / "python"),
         "SPARK_CONF_DIR": str(spark_conf),
     }
     # The tables' Assets, where the config writes them; and, deployed beside the two DAGs (the
@@ -121,7 +130,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
     from airflow.utils.db import initdb
 
     initdb()
-    yield {"warehouse": warehouse, "data": data, "bundle": bundle}
+    yield {"warehouse": warehouse, "data": data, "bundle": bundle, "root": root}
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
@@ -224,14 +233,40 @@ def _days(rows: list[dict[str, Any]]) -> set[str]:
     return {str(row["metric_date"]) for row in rows}
 
 
+def _last_run(dag_id: str) -> Any:
+    """The DAG's newest run in the metadata database."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        query = select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.id.desc())
+        run = session.scalars(query).first()
+        session.expunge_all()
+    return run
+
+
 @pytest.fixture(scope="module")
 def baseline(world: dict[str, Path]) -> dict[str, Any]:
-    """`logmetrics_backfill` over the first three days, run once: how the run ended and the
-    tables as it left them."""
-    run = _dag("logmetrics_backfill").test(
-        logical_date=None, run_conf={"start": str(DAYS[0]), "end": str(DAYS[2])}
-    )
+    """`logmetrics_backfill` over the first three days, run once by Airflow's command line as
+    an operator would (`airflow dags test`: the DAG file parsed from the DAG folder, the
+    Variables and the connection from the environment, a process of its own; the deployed DAG,
+    retries included): how the run ended and the tables as it left them."""
+    conf = json.dumps({"start": str(DAYS[0]), "end": str(DAYS[2])})
+    log = world["root"] / "airflow-dags-test.log"
+    with log.open("w") as output:
+        done = subprocess.run(
+            [str(AIRFLOW), "dags", "test", "logmetrics_backfill", "--conf", conf],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=world["root"],
+            timeout=600,  # a failing task would wait ten minutes for its retry
+        )
+    said = log.read_text()
+    assert done.returncode == 0, said[-5000:]
+    run = _last_run("logmetrics_backfill")
     return {
+        "said": said,
         "state": str(run.state),
         "states": _states(run),
         "daily": read_delta(world["warehouse"] / "unique_clusters_daily"),
@@ -287,9 +322,17 @@ def quiet(world: dict[str, Path], baseline: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def test_backfill_dag_publishes_the_baseline(baseline: dict[str, Any]) -> None:
+def test_backfill_dag_publishes_the_baseline(
+    baseline: dict[str, Any], spark_worker: Worker
+) -> None:
+    """`airflow dags test` ran the backfill on the spark_submit path, through the worker's
+    `spark-submit` with the worker's Python for the job, and published the three days."""
     states = baseline["states"]
     assert baseline["state"] == "success", states
+    (submitted,) = re.findall(r"Spark-Submit cmd: (.*)", baseline["said"])
+    python = spark_worker.variables["logmetrics_python"]
+    assert submitted.startswith(spark_worker.variables["logmetrics_spark_submit"] + " ")
+    assert f"--conf spark.pyspark.driver.python={python} " in submitted
     assert states["spark_submit"] == ("success", 1)
     assert states["databricks"][0] == "skipped"
     assert _days(baseline["daily"]) == {str(d) for d in DAYS[:3]}
@@ -325,12 +368,24 @@ def test_nightly_waits_for_the_ready_marker_then_publishes_a_quiet_day(
 
 
 def test_nightly_regression_fails_on_the_alerts_task_without_retry(
-    world: dict[str, Path], quiet: dict[str, Any], capfd: pytest.CaptureFixture[str]
+    world: dict[str, Path],
+    quiet: dict[str, Any],
+    sensor_worker: Worker,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`logmetrics_nightly` for the regression, on the four days the quiet run left."""
+    """`logmetrics_nightly` for the regression, on the four days the quiet run left, on a
+    worker whose logmetrics has no PySpark of its own: its sensor runs `ready` without it, and
+    the `spark-submit` (the [local] worker's, as a cluster's Spark would) gives the driver
+    PySpark."""
+    executable = sensor_worker.variables["logmetrics_executable"]
+    monkeypatch.setenv("AIRFLOW_VAR_LOGMETRICS_EXECUTABLE", executable)
+    monkeypatch.setenv("AIRFLOW_VAR_LOGMETRICS_PYTHON", str(sensor_worker.bin / "python"))
     capfd.readouterr()
     run = _nightly(REGRESSED)
     printed = "".join(capfd.readouterr())  # the task logs, spark-submit's output among them
+    python = sensor_worker.bin / "python"
+    assert f"--conf spark.pyspark.driver.python={python} " in printed
     # It failed for the alert: `logmetrics alerts` printed it and exited 4.
     assert f"ALERT {REGRESSED} all traffic k=10 share_at_or_below_threshold: " in printed
     assert "Error code is: 4." in printed

@@ -15,7 +15,6 @@ README's table, through Databricks' typed models (`make test-deploy`, which has 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -324,15 +323,10 @@ def test_the_tables_schema_is_the_uploaded_configs_output(workspace: Workspace) 
         assert tables != (bundled.values["catalog"], bundled.values["schema"])  # two schemas
 
 
-def _needs_logmetrics() -> None:
-    if importlib.util.find_spec("logmetrics") is None:
-        pytest.skip("logmetrics is not installed in this venv; the main suite checks this")
-
-
+@pytest.mark.imports_logmetrics
 def test_the_uploaded_config_is_a_logmetrics_config(workspace: Workspace) -> None:
     """The file the README uploads loads as every job loads it (a mistake in it is a
     ConfigError): catalog tables, no warehouse, in the schema the dashboard reads."""
-    _needs_logmetrics()
     from logmetrics.config import load_config
 
     for bundled in workspace.bundled:
@@ -342,12 +336,12 @@ def test_the_uploaded_config_is_a_logmetrics_config(workspace: Workspace) -> Non
         assert (output.catalog, output.schema_name) == tables
 
 
+@pytest.mark.imports_logmetrics
 def test_the_backfill_runs_with_parameters_the_cli_parses(
     workspace: Workspace, bundle: dict[str, Any]
 ) -> None:
     """The README's `bundle run` gives both of the job's parameters, as dates the real parser
     reads into the range it names."""
-    _needs_logmetrics()
     ((_, key, params),) = workspace.runs
     job = bundle["resources"]["jobs"][key]
     assert set(params) == {p["name"] for p in job["parameters"]}

@@ -4,7 +4,8 @@ What: each DAG renders one `logmetrics` command (`run --config C --date D`, or
 `backfill --config C --start S --end E`) and hands it to Spark, on one of two paths:
 
 - `spark_submit` (default): SparkSubmitOperator runs `jobs/nightly.py` / `jobs/backfill.py` (which
-  prepend `run` / `backfill`) with Delta's jar, through the Spark connection.
+  prepend `run` / `backfill`) with Delta's jar, through the Spark connection; the `spark-submit`
+  and the job's Python are the worker's logmetrics venv's when Variables name them.
 - `databricks`: DatabricksSubmitRunOperator runs the logmetrics wheel as a `python_wheel_task`
   (entry point `logmetrics`, the full argument list) on a new job cluster.
 
@@ -22,26 +23,34 @@ the daily table alone. It exits 4 on an alert, so the DAG run turns red (and not
 the day being recomputed; it has no retries, since an alert is a verdict on data, not a glitch.
 
 Both DAGs declare the tables a run publishes as Airflow Assets, named by their location (the
-environment variable LOGMETRICS_TABLES, read when the file is parsed, plus the table's name):
-when a run or backfill task succeeds, each table gets an asset event, and a DAG scheduled on
-those Assets runs after it (deploy/airflow/README.md, "Downstream DAGs").
+environment variable LOGMETRICS_TABLES, read when the file is parsed: a path or URI as
+`output.warehouse` takes it, or a Databricks schema, plus the table's name): when a run or
+backfill task succeeds, each table gets an asset event, and a DAG scheduled on those Assets
+runs after it (deploy/airflow/README.md, "Downstream DAGs"). The nightly DAG starts on
+LOGMETRICS_START_DATE (YYYY-MM-DD, read when the file is parsed; 2026-11-01 without it). No
+LOGMETRICS_TABLES, or either of the two in another form, is a warning, never an import error:
+the file always loads, with no Assets or from the default day, and the warning's line is also
+at the end of both DAGs' docs.
 
 Why this shape: the DAGs are thin on purpose. Dates, data-quality gates and the idempotent
 per-date writes (`replaceWhere` on `metric_date`) live in logmetrics, so a retry, a catch-up run
 or a re-run of any day is safe and behaves exactly like the CLI. This file imports nothing from
 logmetrics (the scheduler needs none of Spark's dependencies) and reads no Variable when it is
-parsed (LOGMETRICS_TABLES comes from the environment): the path is picked per run by the
-`choose_runner` branch task, and every other setting is a Jinja `var.value` lookup rendered
-when the task runs. Credentials live only in Airflow
-connections; their ids are Variables too. deploy/airflow/README.md lists the Variables.
+parsed (LOGMETRICS_TABLES and LOGMETRICS_START_DATE come from the environment): the path is
+picked per run by the `choose_runner` branch task, and every other setting is a Jinja
+`var.value` lookup rendered when the task runs. Credentials live only in Airflow connections;
+their ids are Variables too. deploy/airflow/README.md lists the Variables.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
 import subprocess
+import warnings
+from pathlib import PurePosixPath
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -71,9 +80,44 @@ DELTA_CONF = {
 RUNNERS = ("spark_submit", "databricks")  # values of the Variable logmetrics_runner = task ids
 DEFAULT_RUNNER = "spark_submit"
 
-# The nightly DAG's first day. Catch-up runs every day from here on, one at a time; load older
-# history with logmetrics_backfill instead (it computes several days per Spark job).
-START_DATE = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+# What parsing found wrong in the environment (LOGMETRICS_TABLES, LOGMETRICS_START_DATE), a line
+# each: a Python warning (the DAG processor logs it, DagBag.captured_warnings holds it) and a line
+# of both DAGs' docs, never an import error: the scheduler keeps showing and running both DAGs.
+PARSE_WARNINGS: list[str] = []
+
+
+def _parse_warning(line: str) -> None:
+    PARSE_WARNINGS.append(line)
+    warnings.warn(line, UserWarning, stacklevel=2)
+
+
+# The nightly DAG's first day, from the environment of the scheduler and the DAG processor (read
+# when the file is parsed, like LOGMETRICS_TABLES). Catch-up runs every day from there on, one at
+# a time; load older history with logmetrics_backfill instead (several days per Spark job).
+START_DATE_ENV = "LOGMETRICS_START_DATE"
+DEFAULT_START_DATE = dt.date(2026, 11, 1)
+
+
+def start_date(value: str | None) -> dt.date:
+    """The day `value` names (YYYY-MM-DD), or the default when it is unset; ValueError, one line
+    that says what is kept, for anything else."""
+    if not value:
+        return DEFAULT_START_DATE
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        with contextlib.suppress(ValueError):  # 2026-02-30
+            return dt.date.fromisoformat(value)
+    raise ValueError(
+        f"{START_DATE_ENV} is {value!r}, not a day as YYYY-MM-DD: the nightly DAG starts on "
+        f"{DEFAULT_START_DATE}, the default"
+    )
+
+
+try:
+    _first_day = start_date(os.environ.get(START_DATE_ENV))
+except ValueError as error:
+    _parse_warning(str(error))
+    _first_day = DEFAULT_START_DATE
+START_DATE = dt.datetime.combine(_first_day, dt.time(), tzinfo=dt.UTC)
 
 # The UTC day a run computes: the day its data interval starts on. With the interval timetable
 # below that is the logical date's day (`ds`); unlike `ds` it stays right for a manual run,
@@ -121,23 +165,57 @@ PUBLISHED_TABLES = (
 TABLES_ENV = "LOGMETRICS_TABLES"
 
 
-def table_assets(tables: str | None) -> list[Asset]:
-    """An Asset per published table, `<tables>/<table>`: `tables` is where the config writes
-    them, as a URI: a warehouse (output.warehouse: s3://bucket/warehouse,
-    file:///srv/logmetrics/warehouse) or a Databricks schema (output.catalog and output.schema:
-    databricks://<workspace host>/<catalog>/<schema>). One clear line when it is not one."""
+def tables_uri(tables: str | None) -> str:
+    """Where the config writes the tables, as the URI their Assets are named under: a warehouse
+    as `output.warehouse` takes it, an absolute path (as a file:// URI) or a URI (s3://bucket/
+    warehouse, file:///srv/logmetrics/warehouse), or a Databricks schema (output.catalog and
+    output.schema: databricks://<workspace host>/<catalog>/<schema>). ValueError, one line that
+    says what to set, for anything else."""
     where = (tables or "").rstrip("/")
-    scheme = re.match(r"([a-z][a-z0-9+.-]*)://[^/]*(/.*)?$", where)
-    if scheme is None or (scheme[1] == "databricks" and len((scheme[2] or "").split("/")) != 3):
-        raise ValueError(
-            f"{TABLES_ENV} is {tables!r}: set it, on the scheduler and the DAG processor, to where "
-            "the logmetrics tables are: a warehouse URI (s3://bucket/warehouse, "
-            "file:///srv/logmetrics/warehouse) or databricks://<workspace host>/<catalog>/<schema>"
+    if where.startswith("/"):
+        return PurePosixPath(where).as_uri()
+    uri = re.match(r"([a-z][a-z0-9+.-]*)://([^/]*)(/.*)?$", where)
+    if uri is not None:
+        scheme, authority, path = uri[1], uri[2], uri[3] or ""
+        if scheme == "databricks":
+            if authority and len(path.split("/")) == 3 and all(path.split("/")[1:]):
+                return where
+        elif scheme == "file":
+            if not authority and path:
+                return where
+        elif authority:
+            return where
+    shown = "not set" if not tables else repr(tables)
+    raise ValueError(
+        f"{TABLES_ENV} is {shown}, so the run tasks publish no Assets: set it, on the scheduler "
+        "and the DAG processor, to where the config writes the tables: an absolute path or a URI "
+        "as output.warehouse takes it (/srv/logmetrics/warehouse, s3://bucket/warehouse) or "
+        "databricks://<workspace host>/<catalog>/<schema>"
+    )
+
+
+def table_assets(tables: str | None) -> list[Asset]:
+    """An Asset per published table, `<tables>/<table>`; none, and a parse warning, when
+    `tables` is not a location the Assets can be named by."""
+    try:
+        where = tables_uri(tables)
+    except ValueError as error:
+        _parse_warning(str(error))
+        return []
+    try:
+        return [Asset(f"{where}/{table}") for table in PUBLISHED_TABLES]
+    except ValueError as error:  # Airflow's own rules for an Asset's URI: a reserved scheme
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        _parse_warning(
+            f"{TABLES_ENV} is {tables!r}, which Airflow refuses as an Asset's URI ({reason}), "
+            "so the run tasks publish no Assets"
         )
-    return [Asset(f"{where}/{table}") for table in PUBLISHED_TABLES]
+        return []
 
 
 TABLE_ASSETS = table_assets(os.environ.get(TABLES_ENV))
+# Both DAGs' docs: this file's docstring, and what parsing it warned about.
+DOC_MD = (__doc__ or "") + "".join(f"\n\n**Parse warning:** {line}" for line in PARSE_WARNINGS)
 
 NOT_READY = 5  # `logmetrics ready`'s (and `run`'s) exit status while a day's logs are landing
 READY_POKE_INTERVAL = 5 * 60  # seconds: defaults of the nightly DAG's params
@@ -145,10 +223,36 @@ READY_TIMEOUT = 6 * 60 * 60
 
 
 class _SparkSubmit(SparkSubmitOperator):
-    """SparkSubmitOperator whose connection id is rendered too (the provider's is not a template
-    field), so it can come from a Variable like everything else."""
+    """SparkSubmitOperator whose connection id and spark-submit are rendered too (the provider's
+    are not template fields), so they can come from Variables like everything else, and which
+    runs the job's Python on `python` when it is set.
 
-    template_fields = (*SparkSubmitOperator.template_fields, "_conn_id")
+    The operator's `spark_binary` is not held to the provider's list of names on the PATH (that
+    list is for the connection's `spark-binary` extra), so a Variable can name the spark-submit
+    of the `[local]` extra by its path; empty, the connection chooses, as before. `python`
+    becomes spark.pyspark.driver.python and spark.pyspark.python only when it is set: a conf
+    overrides PYSPARK_PYTHON in the worker's environment, which a deployment may rely on.
+    """
+
+    template_fields = (
+        *SparkSubmitOperator.template_fields,
+        "_conn_id",
+        "_spark_binary",
+        "python",
+    )
+
+    def __init__(self, *, python: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.python = python
+
+    def _get_hook(self) -> Any:
+        if self.python:  # rendered by now: the Variable logmetrics_python
+            self.conf = {
+                **(self.conf or {}),
+                "spark.pyspark.driver.python": self.python,
+                "spark.pyspark.python": self.python,
+            }
+        return super()._get_hook()
 
 
 class _WheelSubmitRun(DatabricksSubmitRunOperator):
@@ -227,6 +331,9 @@ def _spark_submit(task_id: str, script: str, args: list[str], name: str, **kwarg
     return _SparkSubmit(
         task_id=task_id,
         conn_id=_var("logmetrics_spark_conn_id", "spark_default"),
+        # Empty by default: the connection's spark-binary (spark-submit on the worker's PATH).
+        spark_binary=_var("logmetrics_spark_submit", ""),
+        python=_var("logmetrics_python", ""),  # empty by default: PYSPARK_PYTHON, or python3
         application=_var("logmetrics_jobs_dir", "jobs") + f"/{script}",
         application_args=args,
         packages=_var("logmetrics_delta_package", DELTA_PACKAGE),
@@ -337,7 +444,7 @@ with DAG(
         ),
     },
     tags=["logmetrics"],
-    doc_md=__doc__,
+    doc_md=DOC_MD,
 ):
     nightly = _runner_tasks(
         script="nightly.py",
@@ -364,7 +471,7 @@ with DAG(
         "end": Param(description="last UTC day, YYYY-MM-DD (inclusive)", **_DATE),
     },
     tags=["logmetrics"],
-    doc_md=__doc__,
+    doc_md=DOC_MD,
 ):
     _runner_tasks(
         script="backfill.py",
