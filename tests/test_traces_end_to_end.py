@@ -60,12 +60,25 @@ def _clusters() -> list[tuple[str | None, str | None]]:
 
 
 def _malformed_span(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """A retrieval span whose outputs are text, not a list: a malformed request (null_results)."""
+    """A retrieval span whose outputs are text, not a list: a malformed request (null_results),
+    an exception event and an error status beside it (both with users' words)."""
     retrieval = next(
         r for r in rows if json.loads(r["attributes"]["mlflow.spanType"]) == "RETRIEVER"
     )
     attributes = {**retrieval["attributes"], "mlflow.spanOutputs": json.dumps(f"{MARKER} answer")}
-    return {**retrieval, "span_id": "00000000000000ff", "attributes": attributes}
+    event = {
+        "time_unix_nano": retrieval["start_time_unix_nano"],
+        "name": "exception",
+        "attributes": {"exception.message": f"{MARKER} in an event"},
+        "dropped_attributes_count": 0,
+    }
+    return {
+        **retrieval,
+        "span_id": "00000000000000ff",
+        "attributes": attributes,
+        "events": [event],
+        "status": {"message": f"{MARKER} in a status", "code": "STATUS_CODE_ERROR"},
+    }
 
 
 def _contract_rows(requests: list[dict[str, Any]]) -> pa.Table:

@@ -110,7 +110,7 @@ def read_served_logs(
         spans = spans_plan(fields, source, what)
         raw = raw.where(started_between(spans, start, end))
         logs_df = (
-            spans_to_contract(raw, spans, source, segment_by)
+            spans_to_contract(raw, spans, source, segment_by, [partition] if partition else [])
             if copies
             else spans_served_at(raw, spans)
         )

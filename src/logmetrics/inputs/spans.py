@@ -241,12 +241,17 @@ def retrieval_filter(plan: SpansPlan, convention: str) -> Column:
 
 
 def spans_to_contract(
-    spans_df: DataFrame, plan: SpansPlan, source: ServedLogsInput, segment_by: Sequence[str]
+    spans_df: DataFrame,
+    plan: SpansPlan,
+    source: ServedLogsInput,
+    segment_by: Sequence[str],
+    kept: Sequence[str] = (),
 ) -> DataFrame:
     """The retrieval spans of `spans_df` as the contract's requests: request_id, served_at,
-    results (rank, chunk_id, and tokens where `spans.tokens` names them), the trace's id, and a
-    column per segment (an attribute, the resource's, or the span's name). Other columns ride
-    along (a date partition); the attributes do not."""
+    results (rank, chunk_id, and tokens where `spans.tokens` names them), the trace's id, a
+    column per segment (an attribute, the resource's, or the span's name), and the `kept`
+    columns (a date partition). Nothing else of a span rides along: not its attributes, nor
+    its events, links or status, which may hold users' text."""
     settings = source.spans
     document = _document_reader(settings.chunk_id_path(), settings.tokens)
     tokens = settings.tokens is not None
@@ -258,9 +263,8 @@ def spans_to_contract(
         results = F.when(listed.isNull(), _flattened_documents(plan, settings)).otherwise(
             _listed_documents(listed, document, tokens)
         )
-    carried = [c for c in spans_df.columns if c not in _span_columns(plan)]
     return spans_df.where(retrieval_filter(plan, settings.convention)).select(
-        *[_quoted(c) for c in carried],
+        *[_quoted(c) for c in kept],
         request_id(plan).alias("request_id"),
         served_at(plan).alias("served_at"),
         results.alias("results"),
