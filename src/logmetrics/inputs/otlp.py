@@ -35,12 +35,21 @@ LINE_SCHEMA = (
 )
 """What an OTLP/JSON line is read as: the fields of a span a request is read from."""
 
+TIMES_SCHEMA = (
+    "resourceSpans array<struct<scopeSpans: array<struct<spans: "
+    "array<struct<spanId: string, startTimeUnixNano: string>>>>>>"
+)
+"""A line read for its spans' ids and times alone (which days a file holds; the damaged-file
+scan): Spark's parser skips every other field's value rather than keeping it."""
 
-def read_otlp(reader: DataFrameReader, path: str, corrupt_record: str) -> DataFrame:
-    """The lines of the OTLP/JSON files at `path`, with `corrupt_record` holding a line that does
-    not parse (or does not fit the schema)."""
+
+def read_otlp(
+    reader: DataFrameReader, path: str, corrupt_record: str, schema: str = LINE_SCHEMA
+) -> DataFrame:
+    """The lines of the OTLP/JSON files at `path` read as `schema`, with `corrupt_record`
+    holding a line that does not parse (or does not fit the schema)."""
     return (
-        reader.schema(f"{LINE_SCHEMA}, {corrupt_record} string")
+        reader.schema(f"{schema}, {corrupt_record} string")
         .option("columnNameOfCorruptRecord", corrupt_record)
         .json(path)
     )
@@ -49,22 +58,35 @@ def read_otlp(reader: DataFrameReader, path: str, corrupt_record: str) -> DataFr
 def otlp_spans(lines_df: DataFrame, carried: tuple[str, ...] = ()) -> DataFrame:
     """One row per span of the lines (`read_otlp`), in OpenTelemetry's column names: ids as
     written (hex), times as integers, `attributes` and `resource` (its attributes) as key-value
-    arrays of `ANY_VALUE`s. The `carried` columns (a date partition) ride along."""
+    arrays of `ANY_VALUE`s, those the lines were read with (`TIMES_SCHEMA`: the ids and start
+    times alone). The `carried` columns (a date partition) ride along."""
+    exports = lines_df.schema["resourceSpans"].dataType.elementType  # type: ignore[attr-defined]
+    resource = ["_resource_spans.resource.attributes"] if "resource" in exports.names else []
     resources = lines_df.select(*carried, F.explode("resourceSpans").alias("_resource_spans"))
     scopes = resources.select(
         *carried,
-        F.col("_resource_spans.resource.attributes").alias("resource"),
+        *[F.col(c).alias("resource") for c in resource],
         F.explode("_resource_spans.scopeSpans").alias("_scope_spans"),
     )
-    spans = scopes.select(*carried, "resource", F.explode("_scope_spans.spans").alias("_span"))
+    kept = [*carried, *(["resource"] if resource else [])]
+    spans = scopes.select(*kept, F.explode("_scope_spans.spans").alias("_span"))
+    read = spans.schema["_span"].dataType.names  # type: ignore[attr-defined]
+    columns = {
+        "trace_id": "traceId",
+        "span_id": "spanId",
+        "parent_span_id": "parentSpanId",
+        "name": "name",
+        "start_time_unix_nano": "startTimeUnixNano",
+        "end_time_unix_nano": "endTimeUnixNano",
+        "attributes": "attributes",
+    }
     return spans.select(
-        *carried,
-        F.col("_span.traceId").alias("trace_id"),
-        F.col("_span.spanId").alias("span_id"),
-        F.col("_span.parentSpanId").alias("parent_span_id"),
-        F.col("_span.name").alias("name"),
-        F.col("_span.startTimeUnixNano").cast("long").alias("start_time_unix_nano"),
-        F.col("_span.endTimeUnixNano").cast("long").alias("end_time_unix_nano"),
-        F.col("_span.attributes").alias("attributes"),
-        "resource",
+        *kept,
+        *[
+            (
+                F.col(f"_span.{field}").cast("long") if "Time" in field else F.col(f"_span.{field}")
+            ).alias(name)
+            for name, field in columns.items()
+            if field in read
+        ],
     )

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from logmetrics import storage
@@ -42,7 +42,7 @@ from logmetrics.inputs.damaged import (
 from logmetrics.inputs.files import DataFile, data_files, date_partition_column, file_key
 from logmetrics.inputs.footers import READERS
 from logmetrics.inputs.layout import LogShape
-from logmetrics.inputs.otlp import read_otlp
+from logmetrics.inputs.otlp import TIMES_SCHEMA, read_otlp
 from logmetrics.inputs.served_logs import CORRUPT_RECORD, first_line, load_raw_served_logs, widened
 from logmetrics.inputs.shapes import contract_plan, json_schema, quoted, to_contract
 from logmetrics.inputs.spans import SpansPlan, spans_json_schema, spans_plan, spans_served_at
@@ -87,7 +87,8 @@ def undated_rows(spark: SparkSession, source: ServedLogsInput) -> int:
         raw = raw.where(F.col(CORRUPT_RECORD).isNull())
     fields = {f.name: f.dataType for f in raw.schema.fields}
     if source.shape == "spans":
-        logs = spans_served_at(raw, spans_plan(fields, source, source.described))
+        plan = spans_plan(fields, source, source.described)
+        logs = spans_served_at(raw, plan.start, plan.start_type)
     else:
         logs = to_contract(raw, contract_plan(fields, source.described, LogShape.of(source)))
     return logs.where(F.col("served_at").isNull()).count()
@@ -173,14 +174,17 @@ def _scan_json(
         if source.data_format == "otlp":
             assert source.location is not None
             reader = spark.read if partition else spark.read.option("recursiveFileLookup", "true")
-            raw = read_otlp(reader, source.location, CORRUPT_RECORD)
+            raw = read_otlp(reader, source.location, CORRUPT_RECORD, TIMES_SCHEMA)
         else:
             raw = load_raw_served_logs(spark, source, partition=partition)
     except AnalysisException:
         return []  # read_served_logs reports it, in one line
+    # A line that parses but holds no OTLP export: another kind of JSON lines, found in the same
+    # pass as the lines that do not parse.
+    other = F.lit(False)
     if source.data_format == "otlp":
         read_names = ["resourceSpans"]
-        _refuse_other_json(raw, source, what)
+        other = F.col(CORRUPT_RECORD).isNull() & F.col("resourceSpans").isNull()
     else:
         read_names = (spans_json_schema(source) if spans else json_schema(shape)).names
     day = F.lit(None).cast("date")
@@ -192,7 +196,7 @@ def _scan_json(
     # is only found off-contract if they are used), and refuses a query of the corrupt-record
     # column alone.
     rows = (
-        raw.where(F.col(CORRUPT_RECORD).isNotNull())
+        raw.where(F.col(CORRUPT_RECORD).isNotNull() | other)
         .select(
             F.input_file_name().alias("file"),
             day.alias("day"),
@@ -202,6 +206,9 @@ def _scan_json(
         .limit(MAX_CORRUPT_LINES + 1)
         .collect()
     )
+    not_an_export = next((row.file for row in rows if row.line is None), None)
+    if not_an_export is not None:
+        raise InputError(not_otlp(what, file_key(not_an_export)))
     if len(rows) > MAX_CORRUPT_LINES:
         raise InputError(
             f"{what}: more than {MAX_CORRUPT_LINES} lines cannot be read "
@@ -230,18 +237,6 @@ def _span_problem(source: ServedLogsInput) -> str:
             "scopeSpans -> spans)"
         )
     return "a line is JSON but not a span row (an object of a span's columns)"
-
-
-def _refuse_other_json(lines: DataFrame, source: ServedLogsInput, what: str) -> None:
-    """An InputError naming the first file whose lines parse as JSON but hold no OTLP export
-    (no `resourceSpans`): another kind of JSON lines under `format: otlp`."""
-    other = (
-        lines.where(F.col(CORRUPT_RECORD).isNull() & F.col("resourceSpans").isNull())
-        .select(F.input_file_name().alias("file"))
-        .first()
-    )
-    if other is not None:
-        raise InputError(not_otlp(what, file_key(other.file)))
 
 
 def _json_problem(entry: Any, shape: LogShape) -> str:

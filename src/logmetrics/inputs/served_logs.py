@@ -43,7 +43,7 @@ from logmetrics.inputs.files import (
 )
 from logmetrics.inputs.json_lines import check_json_names, json_sample
 from logmetrics.inputs.layout import LogShape
-from logmetrics.inputs.otlp import otlp_spans, read_otlp
+from logmetrics.inputs.otlp import LINE_SCHEMA, TIMES_SCHEMA, otlp_spans, read_otlp
 from logmetrics.inputs.shapes import (
     contract_plan,
     group_result_rows,
@@ -76,7 +76,7 @@ def read_served_logs(
     copies: bool = True,
 ) -> DataFrame:
     """The served-log rows whose served_at falls on start..end (UTC), turned into the contract
-    (`inputs.shapes`: the data's names and shape, one row per served copy).
+    (`inputs.shapes`, `inputs.spans`: the data's names and shape, one row per served copy).
 
     Date partitions are pruned (with a day of margin either side, since a partition's date need
     not be the UTC date), and the exact served_at filter is pushed down to the files. Without a
@@ -84,38 +84,71 @@ def read_served_logs(
     The `segment_by` columns (metrics.segment_by) must be present. Files in `skip_files` (the
     corrupt ones `file_scan` found, when they are quarantined) are left out, and JSON lines
     that do not parse are dropped here: `file_scan` has already failed the run or quarantined
-    them. Without `copies`, exploded logs keep their row per result (a pass that needs only
-    served_at and the files, `inputs.narrow_pass.day_file_states`).
+    them. Without `copies`, only the rows' served_at and files (a pass that needs nothing
+    else, `inputs.narrow_pass.day_file_states`): exploded logs keep their row per result,
+    spans every span, whatever its kind, and OTLP exports are read for their times alone.
     """
+    spans = source.shape == "spans"
+    raw, partition = _raw(spark, source, segment_by, skip_files, times=spans and not copies)
+    if spans and copies:
+        return _spans(raw, source, start, end, partition, segment_by)
+    if spans:
+        began = source.columns.start_time_unix_nano or "start_time_unix_nano"
+        if began not in raw.columns:
+            spans_plan(_fields(raw), source, source.described)  # says what is missing
+        start_type = raw.schema[began].dataType
+        raw = raw.where(started_between(began, start_type, start, end))
+        logs_df = spans_served_at(raw, began, start_type)
+        return _dated(logs_df, raw, partition, start, end, source.described)
+    return _contract_rows(raw, source, start, end, segment_by, partition, copies)
+
+
+def _raw(
+    spark: SparkSession,
+    source: ServedLogsInput,
+    segment_by: Sequence[str],
+    skip_files: Collection[str],
+    times: bool = False,
+) -> tuple[DataFrame, str | None]:
+    """The logs as stored (lines that do not parse left out) and their date partition column;
+    with `times`, an OTLP export's spans read for their ids and times alone."""
     what = source.described
     if source.location is not None:
         require_path(source.location, what)
     partition = date_partition_column(source)
-    shape = LogShape.of(source)
     try:
-        raw = load_raw_served_logs(spark, source, segment_by, partition, skip_files)
+        raw = load_raw_served_logs(spark, source, segment_by, partition, skip_files, times)
         columns = set(raw.columns)
     except AnalysisException as exc:
         raise InputError(f"cannot read {what}: {first_line(exc)}") from None
     if CORRUPT_RECORD in columns:
         raw = raw.where(F.col(CORRUPT_RECORD).isNull()).drop(CORRUPT_RECORD)
         columns.discard(CORRUPT_RECORD)
-
     if partition is not None and partition not in columns:
         raise InputError(f"{what}: date partition column {partition!r} not found")
     if source.data_format == "json" and source.location is not None:
-        check_json_names(json_sample(source.location, partition), what, shape)
-    fields = {f.name: f.dataType for f in raw.schema.fields}
-    if shape.shape == "spans":
-        spans = spans_plan(fields, source, what)
-        raw = raw.where(started_between(spans, start, end))
-        logs_df = (
-            spans_to_contract(raw, spans, source, segment_by, [partition] if partition else [])
-            if copies
-            else spans_served_at(raw, spans)
-        )
-        return _dated(logs_df, raw, partition, start, end, what)
-    return _contract_rows(raw, source, start, end, segment_by, partition, copies)
+        check_json_names(json_sample(source.location, partition), what, LogShape.of(source))
+    return raw, partition
+
+
+def _fields(df: DataFrame) -> dict[str, DataType]:
+    return {f.name: f.dataType for f in df.schema.fields}
+
+
+def _spans(
+    raw: DataFrame,
+    source: ServedLogsInput,
+    start: dt.date,
+    end: dt.date,
+    partition: str | None,
+    segment_by: Sequence[str],
+) -> DataFrame:
+    """The retrieval spans of start..end as the contract's requests (`inputs.spans`)."""
+    plan = spans_plan(_fields(raw), source, source.described)
+    raw = raw.where(started_between(plan.start, plan.start_type, start, end))
+    kept = [partition] if partition else []
+    logs_df = spans_to_contract(raw, plan, source, segment_by, kept)
+    return _dated(logs_df, raw, partition, start, end, source.described)
 
 
 def check_retrieval_spans(
@@ -130,9 +163,16 @@ def check_retrieval_spans(
     documents have (`spans.check_sample`); nothing for other shapes."""
     if source.shape != "spans":
         return
-    spans_df = read_served_logs(spark, source, start, end, skip_files=skip_files, copies=False)
-    plan = spans_plan(
-        {f.name: f.dataType for f in spans_df.schema.fields}, source, source.described
+    raw, partition = _raw(spark, source, (), skip_files)
+    plan = spans_plan(_fields(raw), source, source.described)
+    in_range = raw.where(started_between(plan.start, plan.start_type, start, end))
+    spans_df = _dated(
+        spans_served_at(in_range, plan.start, plan.start_type),
+        in_range,
+        partition,
+        start,
+        end,
+        source.described,
     )
     sample = sampled_documents(spans_df, plan, source.spans.convention).collect()
     check_sample([(r.this, r.other, r.documents) for r in sample], source, span_text(start, end))
@@ -192,6 +232,7 @@ def load_raw_served_logs(
     segment_by: Sequence[str] = (),
     partition: str | None = None,
     skip_files: Collection[str] = (),
+    times: bool = False,
 ) -> DataFrame:
     """The logs as stored, before the contract is checked.
 
@@ -212,7 +253,8 @@ def load_raw_served_logs(
     if partition is None and fmt != "delta":
         reader = reader.option("recursiveFileLookup", "true")
     if fmt == "otlp":
-        lines = read_otlp(reader, path, CORRUPT_RECORD).where(F.col(CORRUPT_RECORD).isNull())
+        lines = read_otlp(reader, path, CORRUPT_RECORD, TIMES_SCHEMA if times else LINE_SCHEMA)
+        lines = lines.where(F.col(CORRUPT_RECORD).isNull())
         return otlp_spans(lines, carried=(partition,) if partition is not None else ())
     if fmt == "json" and source.shape == "spans":
         columns = [*spans_json_schema(source).fields, StructField(CORRUPT_RECORD, StringType())]

@@ -266,21 +266,21 @@ def spans_to_contract(
     return spans_df.where(retrieval_filter(plan, settings.convention)).select(
         *[_quoted(c) for c in kept],
         request_id(plan).alias("request_id"),
-        served_at(plan).alias("served_at"),
+        started_at(plan.start, plan.start_type).alias("served_at"),
         results.alias("results"),
         _trace_id(plan).alias(TRACE_ID),
         *[segment_value(plan, name).alias(name) for name in segment_by],
     )
 
 
-def started_between(plan: SpansPlan, start: dt.date, end: dt.date) -> Column:
+def started_between(column: str, data_type: DataType, start: dt.date, end: dt.date) -> Column:
     """Spans that began on the UTC dates start..end, or whose start is unknown: a filter on the
-    stored nanoseconds that Parquet and Delta push down to their files (the served_at filter
-    after it is the exact one)."""
-    if not isinstance(plan.start_type, IntegralType):
+    stored nanoseconds (the `column` of that type) that Parquet and Delta push down to their
+    files (the served_at filter after it is the exact one)."""
+    if not isinstance(data_type, IntegralType):
         return F.lit(True)
     lo, hi = (int(moment.timestamp()) * 10**9 for moment in utc_window(start, end))
-    began = _quoted(plan.start)
+    began = _quoted(column)
     return began.isNull() | ((began >= F.lit(lo)) & (began < F.lit(hi)))
 
 
@@ -296,10 +296,11 @@ def spans_json_schema(source: ServedLogsInput) -> StructType:
     )
 
 
-def spans_served_at(spans_df: DataFrame, plan: SpansPlan) -> DataFrame:
-    """Every span's `served_at` (its start), whatever its kind, the other columns riding along:
-    the spans a file holds place it on its days (the narrow pass), as its footers do."""
-    return spans_df.withColumn("served_at", served_at(plan))
+def spans_served_at(spans_df: DataFrame, column: str, data_type: DataType) -> DataFrame:
+    """Every span's `served_at` (its start: the `column` of that type), whatever its kind, the
+    other columns riding along: the spans a file holds place it on its days (the narrow pass),
+    as its footers do."""
+    return spans_df.withColumn("served_at", started_at(column, data_type))
 
 
 def _span_columns(plan: SpansPlan) -> set[str]:
@@ -329,11 +330,12 @@ def _hex_id(column: Column, data_type: DataType | None) -> Column:
     return F.when(base64, F.lower(F.hex(F.unbase64(text)))).otherwise(F.lower(text))
 
 
-def served_at(plan: SpansPlan) -> Column:
-    """The span's start as a UTC timestamp, its nanoseconds floored to the microsecond."""
-    if isinstance(plan.start_type, TimestampType | TimestampNTZType):
-        return _quoted(plan.start).cast("timestamp")
-    nanos = f"CAST({_sql(plan.start)} AS BIGINT)"
+def started_at(column: str, data_type: DataType) -> Column:
+    """A span's start (the `column` of that type) as a UTC timestamp, its nanoseconds floored
+    to the microsecond."""
+    if isinstance(data_type, TimestampType | TimestampNTZType):
+        return _quoted(column).cast("timestamp")
+    nanos = f"CAST({_sql(column)} AS BIGINT)"
     # Integer division: a long's nanoseconds exceed a double's 53 bits.
     return F.timestamp_micros(F.expr(f"({nanos} - pmod({nanos}, 1000)) div 1000"))
 
