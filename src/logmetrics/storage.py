@@ -322,9 +322,14 @@ _S3_URI = re.compile(r"\bs3a?://[^\s:;,'\"()]+")
 _PYARROW_KEY = re.compile(r"key '([^']*)' in bucket '([^']*)'")
 _S3A_KEY = re.compile(r"\b[A-Z][\w ]* on ([^\s:]+/[^\s:]+): ")  # S3A's `Writing Object on <key>: `
 _BUCKETS: set[str] = set()  # of the S3 paths this process placed: where a bare key lies
+# A JVM stack trace's frames and elisions: class names such as the AWS SDK's
+# `ApiCallTimeoutTrackingStage` are in every trace, and are not what the store said.
+_FRAMES = re.compile(r"^\s+(?:at \S+\(.*\)|\.\.\. \d+ more)\s*$", re.MULTILINE)
 _WHAT_FAILED = (
     (r"[Cc]onnection refused|[Cc](?:ould not|ouldn't) connect|curlCode: 7\b", "connection refused"),
     (r"[Cc]onnection reset|curlCode: 56|Recv failure|reset by peer", "connection reset"),
+    # a request on a kept-alive connection the store dropped (gone between requests) unanswered
+    (r"failed to respond|NoHttpResponseException", "connection closed unanswered"),
     (
         r"SlowDown|Slow Down|HTTP status 503|[Ss]tatus [Cc]ode: 503|[Tt]hrottled",
         "503 SlowDown (throttled)",
@@ -340,8 +345,8 @@ _WHAT_FAILED = (
 
 def store_failure(exc: BaseException) -> str | None:
     """One line for a run stopped by its S3 store (through S3A or a direct read): the store
-    (its endpoint), the path, and what failed (refused, reset, throttled, no answer in
-    time); None for an error that is not an S3 store's."""
+    (its endpoint), the path, and what failed (refused, reset, closed unanswered,
+    throttled, no answer in time); None for an error that is not an S3 store's."""
     texts = [str(exc), *_java_messages(exc)]
     text = "\n".join(texts)
     if not ("s3a://" in text or "AWS Error" in text or "software.amazon.awssdk" in text):
@@ -358,7 +363,8 @@ def store_failure(exc: BaseException) -> str | None:
         path = f"s3a://{next(iter(_BUCKETS))}/{key}" if len(_BUCKETS) == 1 else f"key {key}"
     else:
         return None
-    said = _PYARROW_KEY.sub("", _S3_URI.sub("", text))  # what the store said, not the paths
+    # what the store said: not the paths, not the stack frames
+    said = _PYARROW_KEY.sub("", _S3_URI.sub("", _FRAMES.sub("", text)))
     what = next((what for pattern, what in _WHAT_FAILED if re.search(pattern, said)), None)
     if what is None:  # an error on S3 that is not the store's (a damaged file, say)
         return None

@@ -68,7 +68,9 @@ def test_a_store_gone_for_good_stops_the_run_in_one_line(
     s3_spark: SparkSession, store: Store, warehouse: str, tmp_path: Path
 ) -> None:
     """The server killed in the main pass and started again only once the run has ended:
-    exit 1 and one line naming the store, the path and `connection refused`; no traceback, no
+    exit 1 and one line naming the store, the path and `connection refused` (or, when a request
+    was on a kept-alive connection as the server died, `connection closed unanswered`; which
+    comes first is a race); no traceback, no
     JVM left; no `failed` row (the ledger cannot be written) and the run's log says so; the
     lease left names this host's process, gone, so the next run takes it over at once and
     publishes the night exactly. Fails on a hang, a traceback, another line, a JVM left, or
@@ -86,7 +88,8 @@ def test_a_store_gone_for_good_stops_the_run_in_one_line(
     assert run.status == 1, run.said()
     line = STORE_LINE.match(run.stderr.strip())
     assert line is not None and len(run.stderr.strip().splitlines()) == 1, run.said()
-    assert line["store"] == server.endpoint and line["what"] == "connection refused"
+    assert line["store"] == server.endpoint, run.said()
+    assert line["what"] in ("connection refused", "connection closed unanswered"), run.said()
     assert line["path"].startswith(store.root), line["path"]
     assert "could not record the failed days in job_runs" in run.log
     assert not run.outlived, run.outlived

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from benchmarks import s3_server
@@ -75,3 +76,41 @@ def test_an_error_on_s3_that_is_not_the_stores_is_left_alone(
         where.read_bytes()
     assert storage.store_failure(raised.value) is None
     assert storage.store_failure(ValueError("s3a://b/k: bad row")) is None
+
+
+# What a Spark action raised in a fault test's run when the store was killed while S3A held a
+# kept-alive connection to it (the request sent on it got no answer), as the run logged it,
+# most frames left out. Every AWS SDK trace has frames named `...TimeoutTrackingStage`.
+DROPPED_TRACE = (Path(__file__).parent / "s3a_dropped_connection.txt").read_text()
+DROPPED = "software.amazon.awssdk.thirdparty.org.apache.http.NoHttpResponseException"
+
+
+@pytest.mark.parametrize(
+    ("cause", "said", "what"),
+    [
+        (DROPPED, "The target server failed to respond", "connection closed unanswered"),
+        (
+            "java.net.ConnectException",
+            "Connect to 127.0.0.1:56973 [/127.0.0.1] failed: Connection refused",
+            "connection refused",
+        ),
+        ("java.net.SocketTimeoutException", "Read timed out", "no answer in time"),
+    ],
+)
+def test_what_failed_is_read_from_the_messages_not_the_stack_frames(
+    cause: str, said: str, what: str
+) -> None:
+    """A killed store's dropped connection was called `no answer in time` from the SDK's frame
+    names; what the store said decides, whatever the frames are called."""
+    trace = DROPPED_TRACE.replace(DROPPED, cause).replace(
+        "The target server failed to respond", said
+    )
+    line = storage.store_failure(RuntimeError(trace))
+    assert (
+        line is not None
+        and (
+            " failed the run at s3a://faults/gw0-4d677f/served_logs/date=2026-08-04/part-00000.parquet:"
+            f" {what}, after the retries"
+        )
+        in line
+    ), line
