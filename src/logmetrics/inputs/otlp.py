@@ -12,7 +12,7 @@ names (`trace_id`, `span_id`, `parent_span_id`, `name`, `start_time_unix_nano`,
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, DataFrameReader
+from pyspark.sql import Column, DataFrame, DataFrameReader
 from pyspark.sql import functions as F
 
 ANY_VALUE = (
@@ -71,22 +71,25 @@ def otlp_spans(lines_df: DataFrame, carried: tuple[str, ...] = ()) -> DataFrame:
     kept = [*carried, *(["resource"] if resource else [])]
     spans = scopes.select(*kept, F.explode("_scope_spans.spans").alias("_span"))
     read = spans.schema["_span"].dataType.names  # type: ignore[attr-defined]
-    columns = {
-        "trace_id": "traceId",
-        "span_id": "spanId",
-        "parent_span_id": "parentSpanId",
-        "name": "name",
-        "start_time_unix_nano": "startTimeUnixNano",
-        "end_time_unix_nano": "endTimeUnixNano",
-        "attributes": "attributes",
-    }
     return spans.select(
         *kept,
-        *[
-            (
-                F.col(f"_span.{field}").cast("long") if "Time" in field else F.col(f"_span.{field}")
-            ).alias(name)
-            for name, field in columns.items()
-            if field in read
-        ],
+        *[_span_field(field).alias(name) for name, field in SPAN_COLUMNS.items() if field in read],
     )
+
+
+SPAN_COLUMNS = {
+    "trace_id": "traceId",
+    "span_id": "spanId",
+    "parent_span_id": "parentSpanId",
+    "name": "name",
+    "start_time_unix_nano": "startTimeUnixNano",
+    "end_time_unix_nano": "endTimeUnixNano",
+    "attributes": "attributes",
+}
+"""A span row's columns (OpenTelemetry's names) and the OTLP/JSON fields they are read from."""
+
+
+def _span_field(field: str) -> Column:
+    """An OTLP/JSON span's field: its times (integers written as strings) as longs."""
+    column = F.col(f"_span.{field}")
+    return column.cast("long") if field.endswith("UnixNano") else column

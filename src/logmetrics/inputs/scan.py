@@ -45,7 +45,13 @@ from logmetrics.inputs.layout import LogShape
 from logmetrics.inputs.otlp import TIMES_SCHEMA, read_otlp
 from logmetrics.inputs.served_logs import CORRUPT_RECORD, first_line, load_raw_served_logs, widened
 from logmetrics.inputs.shapes import contract_plan, json_schema, quoted, to_contract
-from logmetrics.inputs.spans import SpansPlan, spans_json_schema, spans_plan, spans_served_at
+from logmetrics.inputs.spans import (
+    SpansPlan,
+    span_start,
+    spans_json_schema,
+    spans_plan,
+    spans_served_at,
+)
 
 MAX_CORRUPT_LINES = 10_000
 """More JSON lines than this that do not parse: the input is broken, not occasionally damaged,
@@ -87,8 +93,7 @@ def undated_rows(spark: SparkSession, source: ServedLogsInput) -> int:
         raw = raw.where(F.col(CORRUPT_RECORD).isNull())
     fields = {f.name: f.dataType for f in raw.schema.fields}
     if source.shape == "spans":
-        plan = spans_plan(fields, source, source.described)
-        logs = spans_served_at(raw, plan.start, plan.start_type)
+        logs = spans_served_at(raw, *span_start(fields, source, source.described))
     else:
         logs = to_contract(raw, contract_plan(fields, source.described, LogShape.of(source)))
     return logs.where(F.col("served_at").isNull()).count()

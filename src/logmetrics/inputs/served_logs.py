@@ -54,6 +54,7 @@ from logmetrics.inputs.shapes import (
 from logmetrics.inputs.spans import (
     check_sample,
     sampled_documents,
+    span_start,
     spans_json_schema,
     spans_plan,
     spans_served_at,
@@ -93,13 +94,8 @@ def read_served_logs(
     if spans and copies:
         return _spans(raw, source, start, end, partition, segment_by)
     if spans:
-        began = source.columns.start_time_unix_nano or "start_time_unix_nano"
-        if began not in raw.columns:
-            spans_plan(_fields(raw), source, source.described)  # says what is missing
-        start_type = raw.schema[began].dataType
-        raw = raw.where(started_between(began, start_type, start, end))
-        logs_df = spans_served_at(raw, began, start_type)
-        return _dated(logs_df, raw, partition, start, end, source.described)
+        began = span_start(_fields(raw), source, source.described)
+        return _spans_started(raw, began, partition, start, end, source.described)
     return _contract_rows(raw, source, start, end, segment_by, partition, copies)
 
 
@@ -135,6 +131,20 @@ def _fields(df: DataFrame) -> dict[str, DataType]:
     return {f.name: f.dataType for f in df.schema.fields}
 
 
+def _spans_started(
+    raw: DataFrame,
+    began: tuple[str, DataType],
+    partition: str | None,
+    start: dt.date,
+    end: dt.date,
+    what: str,
+) -> DataFrame:
+    """Every span that began on start..end (the column and type `began`), whatever its kind,
+    with its served_at, the other columns riding along."""
+    in_range = raw.where(started_between(*began, start, end))
+    return _dated(spans_served_at(in_range, *began), in_range, partition, start, end, what)
+
+
 def _spans(
     raw: DataFrame,
     source: ServedLogsInput,
@@ -165,15 +175,8 @@ def check_retrieval_spans(
         return
     raw, partition = _raw(spark, source, (), skip_files)
     plan = spans_plan(_fields(raw), source, source.described)
-    in_range = raw.where(started_between(plan.start, plan.start_type, start, end))
-    spans_df = _dated(
-        spans_served_at(in_range, plan.start, plan.start_type),
-        in_range,
-        partition,
-        start,
-        end,
-        source.described,
-    )
+    began = (plan.start, plan.start_type)
+    spans_df = _spans_started(raw, began, partition, start, end, source.described)
     sample = sampled_documents(spans_df, plan, source.spans.convention).collect()
     check_sample([(r.this, r.other, r.documents) for r in sample], source, span_text(start, end))
 

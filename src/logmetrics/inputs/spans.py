@@ -165,47 +165,78 @@ class SpansPlan:
     columns: frozenset[str]
 
 
+def _span_column(fields: Mapping[str, DataType], source: ServedLogsInput, contract: str) -> str:
+    """The data's own name of the span column `contract` (as `columns` maps it)."""
+    return getattr(source.columns, contract) or contract
+
+
+def _present(fields: Mapping[str, DataType], source: ServedLogsInput, contract: str) -> str | None:
+    """`_span_column`, None when the data has no such column."""
+    own = _span_column(fields, source, contract)
+    return own if own in fields else None
+
+
+def _required(
+    fields: Mapping[str, DataType], source: ServedLogsInput, what: str, contract: str
+) -> str:
+    """`_span_column`, which must be there: an InputError naming it otherwise."""
+    own = _span_column(fields, source, contract)
+    if own in fields:
+        return own
+    found = sorted(set(fields) - {"_corrupt_record"})
+    if getattr(source.columns, contract) is not None:
+        raise InputError(
+            f"columns.{contract}: no column {own!r} in the {noun(what)}{did_you_mean(own, found)}"
+        )
+    raise InputError(
+        f"{what}: required column {own!r} is missing (found: {', '.join(found) or 'none'}); "
+        "`shape: spans` reads a span table's span_id, start_time_unix_nano and attributes"
+    )
+
+
+def _typed(
+    fields: Mapping[str, DataType],
+    name: str,
+    allowed: tuple[type[DataType], ...],
+    needed: str,
+    what: str,
+) -> DataType:
+    """The type of the column `name`, which must be one of `allowed`: an InputError otherwise."""
+    data_type = fields[name]
+    if not isinstance(data_type, allowed):
+        raise InputError(
+            f"{what}: column {name!r} is {data_type.simpleString()}; a span's {needed}"
+        )
+    return data_type
+
+
+_START_TYPES = (IntegralType, StringType, TimestampType, TimestampNTZType)
+
+
+def span_start(
+    fields: Mapping[str, DataType], source: ServedLogsInput, what: str
+) -> tuple[str, DataType]:
+    """The spans' start column and its type (nanoseconds, or a timestamp): all that a pass
+    placing spans on their days needs (`started_between`, `spans_served_at`)."""
+    start = _required(fields, source, what, "start_time_unix_nano")
+    return start, _typed(fields, start, _START_TYPES, "start is in nanoseconds", what)
+
+
 def spans_plan(fields: Mapping[str, DataType], source: ServedLogsInput, what: str) -> SpansPlan:
     """The plan for spans with this schema ({name: type}); an InputError naming the data's
     column when one is missing or of a type a spans table cannot hold. No session needed."""
-    names = source.columns
-
-    def column(contract: str, required: bool = True) -> str | None:
-        own = getattr(names, contract) or contract
-        if own in fields:
-            return own
-        if not required:
-            return None
-        found = sorted(set(fields) - {"_corrupt_record"})
-        if getattr(names, contract) is not None:
-            raise InputError(
-                f"columns.{contract}: no column {own!r} in the {noun(what)}"
-                f"{did_you_mean(own, found)}"
-            )
-        raise InputError(
-            f"{what}: required column {own!r} is missing (found: {', '.join(found) or 'none'}); "
-            "`shape: spans` reads a span table's span_id, start_time_unix_nano and attributes"
-        )
-
-    span_id = column("span_id")
-    start = column("start_time_unix_nano")
-    attributes = column("attributes")
-    resource = column("resource", required=False)
-    assert span_id is not None and start is not None and attributes is not None
-    for name, allowed in ((span_id, (StringType, BinaryType)), (start, (IntegralType, StringType))):
-        data_type = fields[name]
-        if not isinstance(data_type, allowed + (TimestampType, TimestampNTZType)) or (
-            name == span_id and isinstance(data_type, TimestampType | TimestampNTZType)
-        ):
-            needed = "id is text or binary" if name == span_id else "start is in nanoseconds"
-            raise InputError(
-                f"{what}: column {name!r} is {data_type.simpleString()}; a span's {needed}"
-            )
+    span_id, start, attributes = (
+        _required(fields, source, what, contract)
+        for contract in ("span_id", "start_time_unix_nano", "attributes")
+    )
+    _typed(fields, span_id, (StringType, BinaryType), "id is text or binary", what)
+    _typed(fields, start, _START_TYPES, "start is in nanoseconds", what)
+    resource = _present(fields, source, "resource")
     return SpansPlan(
         span_id=span_id,
         span_id_type=fields[span_id],
-        trace_id=column("trace_id", required=False),
-        name=column("name", required=False),
+        trace_id=_present(fields, source, "trace_id"),
+        name=_present(fields, source, "name"),
         start=start,
         start_type=fields[start],
         attributes=Attributes.of(attributes, fields[attributes], what),
