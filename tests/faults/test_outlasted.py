@@ -69,12 +69,11 @@ def test_a_store_gone_for_good_stops_the_run_in_one_line(
 ) -> None:
     """The server killed in the main pass and started again only once the run has ended:
     exit 1 and one line naming the store, the path and `connection refused` (or, when a request
-    was on a kept-alive connection as the server died, `connection closed unanswered`; which
-    comes first is a race); no traceback, no
-    JVM left; no `failed` row (the ledger cannot be written) and the run's log says so; the
-    lease left names this host's process, gone, so the next run takes it over at once and
-    publishes the night exactly. Fails on a hang, a traceback, another line, a JVM left, or
-    a next run kept out or inexact."""
+    was on a kept-alive connection as the server died, `connection closed unanswered`: which
+    comes first is a race); no traceback, no JVM left; no `failed` row (the ledger cannot be
+    written) and the run's log says so; the lease left names this host's process, gone, so the
+    next run takes it over at once and publishes the night exactly. Fails on a hang, a
+    traceback, another line, a JVM left, or a next run kept out or inexact."""
     server = store.server
     config = _impatient(tmp_path / "faulted.yaml", store, warehouse, server.endpoint)
 
